@@ -1,0 +1,285 @@
+"""The run manifest: one pydantic model is the single source of truth for every config key.
+
+The Snakefile validates Snakemake's merged `config` dict through `validate_config` before it
+builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
+key fails with one line naming it, whichever door it came through.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class ConfigError(ValueError):
+    """A config problem; the message is one line naming the key (or file) and what to do."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class GeneratorSource(_Strict):
+    """Tasks generated procedurally instead of read from a file (no dataset download)."""
+
+    generator: Literal["reasoning_gym"] = Field(description="Generator name.")
+    task: str = Field(description="Dataset name inside the generator, e.g. 'basic_arithmetic'.")
+    size: Annotated[int, Field(gt=0)] = Field(description="Number of tasks to generate.")
+    seed: int = Field(0, description="Generator seed; the same seed gives the same tasks.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments for the generator."
+    )
+
+
+class Entry(_Strict):
+    """One environment dataset of the blend; manifest order fixes task_index offsets."""
+
+    label: str = Field(pattern=LABEL_PATTERN, description="Unique name of this entry.")
+    environment: str = Field(description="Registry name of the environment (verifier).")
+    source: str | GeneratorSource = Field(
+        description="JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."
+    )
+    num_repeats: Annotated[int, Field(gt=0)] = Field(4, description="K: rollouts per task.")
+    limit: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Maximum number of tasks taken from this source."
+    )
+    sample: Literal["head", "random"] = Field(
+        "head", description="head: the first `limit` rows; random: a seeded reservoir sample."
+    )
+    seed: int = Field(0, description="Seed for sample: random.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Environment-specific options (see docs/environments.md)."
+    )
+
+
+class Sampling(_Strict):
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    max_tokens: Annotated[int, Field(gt=0)] = 1024
+    seed: int = Field(0, description="Base seed; each rollout's seed derives from it.")
+
+
+class Engine(_Strict):
+    mode: Literal["serve", "endpoint"] = Field(
+        "serve", description="serve: start vLLM inside the rollout job; endpoint: use base_url."
+    )
+    model: str = Field(
+        "builtin:smollm2-135m", description="builtin:<name>, or a model path/name for vLLM."
+    )
+    base_url: str | None = Field(None, description="Endpoint mode: e.g. http://127.0.0.1:8000/v1")
+    served_model_name: str | None = Field(
+        None, description="Model name sent in requests (default: derived from `model`)."
+    )
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable that holds the API key."
+    )
+    max_n: Annotated[int, Field(ge=1)] = Field(
+        16, description="Most samples asked for in one request (n); 1 sends one per rollout."
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra fields merged into every request body."
+    )
+    serve_args: list[str] = Field(
+        default_factory=list, description="Extra command-line arguments for the vLLM server."
+    )
+    serve_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the vLLM server."
+    )
+    startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        900, description="How long serve mode waits for the server to become ready."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_scheme(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/") if v else v
+
+
+class Rollout(_Strict):
+    concurrency: Annotated[int, Field(gt=0)] = Field(64, description="Requests in flight.")
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600
+    max_attempts: Annotated[int, Field(gt=0)] = Field(4, description="HTTP attempts per request.")
+    backoff_initial_s: Annotated[float, Field(ge=0)] = 1.0
+    backoff_max_s: Annotated[float, Field(ge=0)] = 60.0
+    retry_budget_s: Annotated[float, Field(gt=0)] = Field(
+        1800, description="Most time one request may spend retrying, in total."
+    )
+    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0,
+        description="Share of a shard's rollouts that may fail terminally and still complete it.",
+    )
+    verify_workers: Annotated[int, Field(gt=0)] = Field(
+        2, description="Worker processes for CPU-heavy verification."
+    )
+    verify_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    segment_interval_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="How often the journal's JSONL tail is compacted into a Parquet segment."
+    )
+    segment_max_records: Annotated[int, Field(gt=0)] = 20000
+    progress_interval_s: Annotated[float, Field(gt=0)] = 30.0
+
+
+class Profile(_Strict):
+    pass_at_k: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [1])
+    group_size: Annotated[int, Field(gt=1)] = Field(8, description="GRPO group size G.")
+    pass_threshold: float = Field(1.0, description="A rollout passes when reward >= this.")
+    ci_level: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    ci_method: Literal["wilson", "beta"] = "wilson"
+
+
+class Config(_Strict):
+    run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
+    num_shards: Annotated[int, Field(gt=0)] = 2
+    entries: list[Entry] = Field(min_length=1)
+    sampling: Sampling = Field(default_factory=Sampling)
+    engine: Engine = Field(default_factory=Engine)
+    rollout: Rollout = Field(default_factory=Rollout)
+    profile: Profile = Field(default_factory=Profile)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        seen: set[str] = set()
+        for i, e in enumerate(self.entries):
+            if e.label in seen:
+                raise ValueError(f"entries[{i}].label: duplicate label {e.label!r}")
+            seen.add(e.label)
+        if self.engine.mode == "endpoint" and not self.engine.base_url:
+            raise ValueError("engine.base_url: required when engine.mode is 'endpoint'")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The model name sent in requests and expected in /v1/models."""
+        if self.engine.served_model_name:
+            return self.engine.served_model_name
+        m = self.engine.model
+        return m.split(":", 1)[1] if m.startswith("builtin:") else m
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "GeneratorSource", "function-after[_url_scheme(), str]"):
+            continue  # union-branch names are noise to a user
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model whose fields live at `loc` (for suggesting a key)."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if part == "GeneratorSource":
+            model = GeneratorSource
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        for sub in args:
+            candidates.extend(getattr(sub, "__args__", ()))
+        nxt = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        model = nxt if nxt is not None else ann
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _describe(err: dict) -> str:
+    loc = tuple(err["loc"])
+    where = _loc(loc) or "config"
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        key = str(loc[-1])
+        hint = ""
+        if parent is not None:
+            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
+            if close:
+                hint = f"; did you mean {close[0]}?"
+            else:
+                hint = f"; valid keys: {', '.join(parent.model_fields)}"
+        return f"{where}: unknown key{hint}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "missing":
+        return f"{where}: required key is missing"
+    if ":" in msg.split(" ")[0]:  # cross-check messages already name their key
+        return msg
+    return f"{where}: {msg} (got {err.get('input')!r})"
+
+
+def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
+    """Validate a config dict; raise ConfigError with one line per problem found."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        # A union (path | generator) reports every branch; keep the most specific errors.
+        errors = exc.errors()
+        # A dict given for `source` also fails the path branch; that half is noise.
+        errors = [e for e in errors if not (e["type"] == "string_type"
+                                            and isinstance(e.get("input"), dict))] or errors
+        lines = list(dict.fromkeys(_describe(e) for e in errors))
+        raise ConfigError(f"{origin}: " + "; ".join(lines)) from None
+    from rewardprof.environments import known_environments
+
+    known = known_environments()
+    for i, e in enumerate(cfg.entries):
+        if e.environment not in known:
+            close = difflib.get_close_matches(e.environment, known, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+            raise ConfigError(
+                f"{origin}: entries[{i}].environment: unknown environment "
+                f"{e.environment!r}; {hint}"
+            )
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    """Load a YAML or JSON config file and validate it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    return validate_config(data or {}, origin=str(p))
+
+
+def config_json(cfg: Config) -> str:
+    """Canonical JSON of a validated config (what the rules hand to `rewardprof <stage>`)."""
+    return cfg.model_dump_json(exclude_defaults=False)
+
+
+def json_schema() -> dict[str, Any]:
+    return Config.model_json_schema()

@@ -1,0 +1,68 @@
+"""Environment registry: built-ins by name, third-party ones through an entry-point group.
+
+A third-party package registers `[project.entry-points."rewardprof.environments"]
+my_env = "my_pkg.my_module:MyEnvironment"`; a built-in is one line in BUILTIN below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from rewardprof.environments.base import (
+    Environment,
+    RowError,
+    Verdict,
+    VerifyContext,
+    extract_messages,
+)
+
+ENTRY_POINT_GROUP = "rewardprof.environments"
+
+# name -> "module:Class"; imported lazily so a missing optional verifier library only matters
+# to the runs that use that environment.
+BUILTIN: dict[str, str] = {
+    "math": "rewardprof.environments.math:MathEnvironment",
+}
+
+
+@cache
+def _plugins() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_environments() -> list[str]:
+    return sorted(set(BUILTIN) | set(_plugins()))
+
+
+def get_environment_class(name: str) -> type[Environment]:
+    if name in BUILTIN:
+        module, _, attr = BUILTIN[name].partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+    elif name in _plugins():
+        cls = _plugins()[name].load()
+    else:
+        raise KeyError(f"unknown environment {name!r}; known: {', '.join(known_environments())}")
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise TypeError(f"environment {name!r} does not subclass rewardprof Environment")
+    return cls
+
+
+def make_environment(name: str, options: dict[str, Any] | None = None) -> Environment:
+    return get_environment_class(name)(options)
+
+
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "Environment",
+    "RowError",
+    "Verdict",
+    "VerifyContext",
+    "extract_messages",
+    "get_environment_class",
+    "known_environments",
+    "make_environment",
+]

@@ -1,0 +1,134 @@
+"""What every environment is: a prompt builder and a verifier, behind one small interface.
+
+Adding an environment is one module with one `Environment` subclass and one registration (see
+`rewardprof.environments.__init__` and docs/environments.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rewardprof.records import FailureKind
+
+
+class RowError(ValueError):
+    """A source row this environment cannot use; the message says what is missing."""
+
+
+@dataclass
+class Verdict:
+    """The outcome of verifying one completion.
+
+    `status` is "ok" with a reward, or a failure kind (e.g. verifier_error, judge_error) with
+    reward None: a verifier that could not decide never produces a silent 0.
+    """
+
+    reward: float | None
+    status: str = "ok"
+    extras: dict[str, Any] = field(default_factory=dict)
+    detail: str | None = None
+
+    @classmethod
+    def failure(cls, kind: str, detail: str, **extras: Any) -> Verdict:
+        return cls(reward=None, status=kind, extras=extras, detail=detail)
+
+
+class VerifyContext:
+    """Services a verifier may use: a process pool with hard timeouts, options, an HTTP session.
+
+    CPU-heavy or untrusted work must go through `run_in_pool` so it never blocks the event loop
+    of the rollout client and a wedged call is killed, not waited for.
+    """
+
+    def __init__(self, pool: Any = None, timeout_s: float = 30.0, http_session: Any = None):
+        self._pool = pool
+        self.timeout_s = timeout_s
+        self.http_session = http_session
+
+    async def run_in_pool(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None):
+        """Run a picklable top-level function in a worker process; TimeoutError past timeout."""
+        timeout = timeout_s or self.timeout_s
+        if self._pool is None:  # library use without a pool: run inline in a thread
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+        future = self._pool.schedule(fn, args=args, timeout=timeout)
+        return await asyncio.wrap_future(future)
+
+
+def extract_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Prompt messages of a row in any of the formats RL teams have.
+
+    NeMo Gym rows: `responses_create_params.input` (a list of messages or a string); plain rows:
+    `messages` (a list) or `prompt` (a string, or a list of messages).
+    """
+    rcp = row.get("responses_create_params")
+    if isinstance(rcp, dict) and "input" in rcp:
+        return _as_messages(rcp["input"], "responses_create_params.input")
+    if "messages" in row:
+        return _as_messages(row["messages"], "messages")
+    if "prompt" in row:
+        return _as_messages(row["prompt"], "prompt")
+    raise RowError("no prompt: expected responses_create_params.input, messages or prompt")
+
+
+def _as_messages(value: Any, key: str) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        out = []
+        for m in value:
+            if "role" not in m or "content" not in m:
+                raise RowError(f"{key}: every message needs 'role' and 'content'")
+            content = m["content"]
+            if isinstance(content, list):  # Responses-API parts -> plain text
+                content = "".join(
+                    p.get("text", "") for p in content if isinstance(p, dict)
+                )
+            # The Responses API calls the system prompt "developer"; chat templates want "system".
+            role = "system" if m["role"] == "developer" else m["role"]
+            out.append({"role": role, "content": content})
+        return out
+    raise RowError(f"{key}: expected a string or a non-empty list of messages")
+
+
+class Environment:
+    """Base class. Subclasses set `name`, `required_fields` and implement `verify`.
+
+    `prompt` runs once per task at materialize time (its messages are stored in the tasks
+    table); `verify` runs once per rollout inside the rollout job.
+    """
+
+    name: ClassVar[str] = ""
+    required_fields: ClassVar[tuple[str, ...]] = ()
+    failure_kinds: ClassVar[tuple[str, ...]] = (FailureKind.VERIFIER_ERROR,)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        self.options = dict(options or {})
+
+    def check_row(self, row: dict[str, Any]) -> None:
+        """Raise RowError if the row lacks what verification needs (called at materialize)."""
+        missing = [f for f in self.required_fields if _get(row, f) is None]
+        if missing:
+            raise RowError(f"missing field(s) needed by environment {self.name!r}: {missing}")
+
+    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        return extract_messages(row)
+
+    async def verify(
+        self, row: dict[str, Any], completion: str, ctx: VerifyContext
+    ) -> Verdict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release resources (HTTP sessions, caches) at the end of a shard."""
+
+
+def _get(row: dict[str, Any], dotted: str) -> Any:
+    cur: Any = row
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur

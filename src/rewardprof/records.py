@@ -1,0 +1,56 @@
+"""The rollout record: its Arrow schema and the failure kinds, in one place."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+class FailureKind:
+    """Values of `status` other than "ok". A failed rollout has reward null, never 0."""
+
+    ENGINE_ERROR = "engine_error"  # 5xx, malformed body, fewer choices than asked
+    TIMEOUT = "timeout"  # no answer within request_timeout_s
+    CONNECTION_ERROR = "connection_error"  # refused / reset
+    RATE_LIMITED = "rate_limited"  # 429 until attempts or retry budget ran out
+    CONTEXT_LENGTH = "context_length"  # prompt + max_tokens exceed the model's context
+    REQUEST_ERROR = "request_error"  # other 4xx: the request itself is wrong
+    VERIFIER_ERROR = "verifier_error"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    JUDGE_ERROR = "judge_error"
+
+
+OK = "ok"
+
+# Key columns are all a resuming job reads from the journal; completion text is never parsed
+# to find out what is collected.
+KEY_COLUMNS = ["task_index", "rollout_index", "task_id", "status", "gen_key", "finished_at"]
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("task_index", pa.int64()),
+        ("rollout_index", pa.int32()),
+        ("task_id", pa.string()),
+        ("label", pa.string()),
+        ("status", pa.string()),
+        ("reward", pa.float64()),
+        ("finish_reason", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("completion", pa.string()),
+        ("extras", pa.string()),  # verifier extras, JSON text
+        ("error", pa.string()),  # failure detail, one line
+        ("attempt", pa.int32()),  # HTTP attempts the request took
+        ("request_n", pa.int32()),  # samples asked for in the request this came from
+        ("seed", pa.int64()),
+        ("gen_key", pa.string()),  # fingerprint of model + sampling; other keys are not reused
+        ("model", pa.string()),
+        ("engine", pa.string()),
+        ("started_at", pa.float64()),
+        ("finished_at", pa.float64()),
+        ("latency_s", pa.float64()),  # engine request latency (shared by the request's samples)
+        ("verify_s", pa.float64()),
+        ("writer", pa.string()),  # journal writer id
+    ]
+)
+
+COLUMN_NAMES = ROLLOUT_SCHEMA.names
