@@ -1,0 +1,47 @@
+"""Where the rollout client sends its requests: an existing endpoint, or a server we start.
+
+`engine_session(cfg, log_path)` is the one entry point: a context manager yielding an Endpoint.
+Endpoint mode yields the configured base URL; serve mode (built out by the engine work) starts
+vLLM, waits until it serves the expected model, and stops it on exit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rewardprof.config import Config
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str  # .../v1
+    model: str  # the name sent in requests
+    api_key: str | None = None
+    identity: str = "endpoint"  # engine id recorded on every rollout (never the key)
+
+    def __repr__(self) -> str:  # keep the key out of logs and tracebacks
+        return f"Endpoint(base_url={self.base_url!r}, model={self.model!r})"
+
+
+def api_key_from_env(cfg: Config) -> str | None:
+    name = cfg.engine.api_key_env
+    if not name:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError(f"engine.api_key_env: environment variable {name} is not set")
+    return value
+
+
+@contextmanager
+def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[Endpoint]:
+    if cfg.engine.mode == "endpoint":
+        assert cfg.engine.base_url is not None
+        yield Endpoint(cfg.engine.base_url, cfg.model_name, api_key_from_env(cfg),
+                       identity=f"endpoint:{cfg.engine.base_url}")
+        return
+    raise NotImplementedError("engine.mode: serve is not available yet; use mode: endpoint")
