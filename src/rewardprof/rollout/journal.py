@@ -1,0 +1,191 @@
+"""The rollout store: append-only journals, independent of the shard layout.
+
+Each rollout process is one writer. It appends every finished rollout to a JSONL tail (one line,
+flushed), and every `segment_interval_s` compacts the tail into a Parquet segment and starts a
+new tail. After a kill, the segments hold everything but the last seconds, and the tail holds
+those (its torn last line is skipped). Finding what is collected reads only the segments' key
+columns plus the short tails: completion text is never parsed to resume.
+
+Files: `<writer>.<seq>.parquet` (segments) and `<writer>.<seq>.jsonl` (tails), where writer is
+`s<i>of<N>-<time>-<pid>`. A crash between writing a segment and deleting its tail leaves both;
+readers dedupe on (task_index, rollout_index).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rewardprof.records import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA
+
+
+class JournalLocked(RuntimeError):
+    pass
+
+
+class ShardLock:
+    """An exclusive flock per shard: two rollout processes never write the same shard."""
+
+    def __init__(self, journal_dir: Path, shard_tag: str):
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        self.path = journal_dir / f".lock-{shard_tag}"
+        self._fd: int | None = None
+
+    def __enter__(self) -> ShardLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise JournalLocked(
+                f"{self.path}: another rollout process is running this shard; "
+                f"wait for it or stop it first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class JournalWriter:
+    def __init__(self, journal_dir: Path, writer_id: str, interval_s: float, max_records: int):
+        self.dir = journal_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.writer_id = writer_id
+        self.interval_s = interval_s
+        self.max_records = max_records
+        self.seq = 0
+        self._buffer: list[dict[str, Any]] = []
+        self._opened_at = time.monotonic()
+        self._tail = self._open_tail()
+
+    def _path(self, suffix: str) -> Path:
+        return self.dir / f"{self.writer_id}.{self.seq:06d}.{suffix}"
+
+    def _open_tail(self):
+        self._opened_at = time.monotonic()
+        return self._path("jsonl").open("a", encoding="utf-8")
+
+    def append(self, record: dict[str, Any]) -> None:
+        # One write of one complete line, then flush: a kill tears at most this line.
+        self._tail.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._tail.flush()
+        self._buffer.append(record)
+        if (len(self._buffer) >= self.max_records
+                or time.monotonic() - self._opened_at >= self.interval_s):
+            self.roll()
+
+    def roll(self) -> None:
+        """Compact the current tail into a Parquet segment, then start a new tail."""
+        if not self._buffer:
+            return
+        table = pa.Table.from_pylist(self._buffer, schema=ROLLOUT_SCHEMA)
+        final = self._path("parquet")
+        tmp = final.with_name("." + final.name + ".tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        tail_path = Path(self._tail.name)
+        self._tail.close()
+        tail_path.unlink(missing_ok=True)
+        self._buffer = []
+        self.seq += 1
+        self._tail = self._open_tail()
+
+    def close(self) -> None:
+        self.roll()
+        tail_path = Path(self._tail.name)
+        self._tail.close()
+        if tail_path.exists() and tail_path.stat().st_size == 0:
+            tail_path.unlink()
+
+
+@dataclass
+class JournalScan:
+    """Key columns of every journaled record, with where each row lives."""
+
+    keys: pa.Table  # KEY_COLUMNS + _src (index into sources) + _row (row within source)
+    sources: list[Path | pa.Table]  # a segment path, or a parsed tail held in memory
+    torn_lines: int = 0
+    bad_files: int = 0
+
+
+def _read_tail(path: Path) -> tuple[pa.Table, int]:
+    rows, torn = [], 0
+    with path.open("rb") as f:
+        lines = f.read().split(b"\n")
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            torn += 1  # a torn last line after a kill is expected; anything else is counted
+            continue
+        rows.append({k: rec.get(k) for k in COLUMN_NAMES})
+    return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA), torn
+
+
+def journal_files(journal_dir: Path) -> Iterator[Path]:
+    if not journal_dir.exists():
+        return
+    for p in sorted(journal_dir.iterdir()):
+        if not p.name.startswith(".") and p.suffix in (".parquet", ".jsonl"):
+            yield p
+
+
+def scan_journal(journal_dir: Path) -> JournalScan:
+    parts: list[pa.Table] = []
+    sources: list[Path | pa.Table] = []
+    torn = bad = 0
+    for path in journal_files(journal_dir):
+        if path.suffix == ".parquet":
+            try:
+                t = pq.read_table(path, columns=KEY_COLUMNS)
+            except Exception:  # a segment is renamed into place whole; unreadable = foreign
+                bad += 1
+                continue
+            source: Path | pa.Table = path
+        else:
+            full, n_torn = _read_tail(path)
+            torn += n_torn
+            t = full.select(KEY_COLUMNS)
+            source = full
+        src = len(sources)
+        sources.append(source)
+        parts.append(t.append_column("_src", pa.array([src] * t.num_rows, pa.int32()))
+                      .append_column("_row", pa.array(range(t.num_rows), pa.int64())))
+    if parts:
+        keys = pa.concat_tables(parts)
+    else:
+        empty = ROLLOUT_SCHEMA.empty_table().select(KEY_COLUMNS)
+        keys = (empty.append_column("_src", pa.array([], pa.int32()))
+                .append_column("_row", pa.array([], pa.int64())))
+    return JournalScan(keys, sources, torn, bad)
+
+
+def read_rows(scan: JournalScan, picks: dict[int, list[int]]) -> Iterator[pa.Table]:
+    """Full records for the chosen rows, one source at a time (bounded memory)."""
+    for src, rows in sorted(picks.items()):
+        source = scan.sources[src]
+        table = pq.read_table(source) if isinstance(source, Path) else source
+        table = table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)
+        yield table.take(pa.array(rows, pa.int64()))

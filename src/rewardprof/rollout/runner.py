@@ -1,0 +1,283 @@
+"""rollout: generate and verify the missing rollouts of one shard, then write its output.
+
+A fixed pool of `concurrency` workers pulls request units from a bounded queue (never one
+coroutine per rollout), so memory stays flat however large the shard. Every finished rollout
+goes to the journal before anything else happens to it; the declared output is written
+atomically once every (task_index, rollout_index) is ok or failed for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.atomic import atomic_path
+from rewardprof.config import Config
+from rewardprof.engine import Endpoint
+from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
+from rewardprof.records import OK, ROLLOUT_SCHEMA, FailureKind
+from rewardprof.rollout.client import ChatClient, ChatResult
+from rewardprof.rollout.collected import resolve
+from rewardprof.rollout.journal import JournalWriter, ShardLock, read_rows, scan_journal
+from rewardprof.rollout.progress import Progress
+
+log = logging.getLogger("rewardprof.rollout")
+
+
+class ShardIncomplete(RuntimeError):
+    """Too many terminal failures (over max_failed_fraction): no output is written."""
+
+
+@dataclass
+class Unit:
+    """One request: `indices` are consecutive rollout indices of one task."""
+
+    pos: int  # row of the task in the shard table
+    indices: list[int]
+
+
+def gen_key(cfg: Config, model: str) -> str:
+    """Fingerprint of what a rollout's text depends on; records of another key are not reused."""
+    s = cfg.sampling
+    spec = {"model": model, "temperature": s.temperature, "top_p": s.top_p,
+            "max_tokens": s.max_tokens, "seed": s.seed, "extra_body": cfg.engine.extra_body}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def task_seed(base_seed: int, task_id: str) -> int:
+    """Rollout r of a task samples with seed task_seed + r (vLLM gives choice j seed + j)."""
+    digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF0000
+
+
+def _units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
+    for pos, indices in enumerate(missing):
+        run: list[int] = []
+        for r in indices:
+            if run and (r != run[-1] + 1 or len(run) >= max_n):
+                yield Unit(pos, run)
+                run = []
+            run.append(r)
+        if run:
+            yield Unit(pos, run)
+
+
+class ShardRun:
+    def __init__(self, cfg: Config, endpoint: Endpoint, tasks: pd.DataFrame, journal_dir: Path,
+                 shard_tag: str):
+        self.cfg, self.endpoint, self.tasks = cfg, endpoint, tasks
+        self.journal_dir, self.shard_tag = journal_dir, shard_tag
+        self.gen_key = gen_key(cfg, endpoint.model)
+        self.writer_id = f"{shard_tag}-{int(time.time())}-{socket.gethostname()}-{os.getpid()}"
+        self.envs: dict[str, Environment] = {}
+        options = {e.label: e.options for e in cfg.entries}
+        for label, env_name in tasks[["label", "environment"]].drop_duplicates().itertuples(
+                index=False):
+            if label not in options:
+                raise ValueError(f"tasks table has label {label!r} that is not in the config; "
+                                 f"re-run materialize")
+            self.envs[label] = make_environment(env_name, options[label])
+        self.counts: Counter[str] = Counter()
+
+    def missing(self) -> tuple[list[list[int]], dict[str, int]]:
+        scan = scan_journal(self.journal_dir)
+        col = resolve(scan, self.tasks[["task_index", "task_id", "num_repeats"]], self.gen_key)
+        ok = col.winners[col.winners["status"] == OK]
+        have = ok.groupby("task_index")["rollout_index"].agg(set).to_dict()
+        missing = [sorted(set(range(k)) - have.get(ti, set()))
+                   for ti, k in zip(self.tasks["task_index"], self.tasks["num_repeats"],
+                                    strict=True)]
+        info = {"journaled_ok": len(ok), "stale": col.stale, "rekeyed": col.rekeyed,
+                "torn_lines": scan.torn_lines}
+        return missing, info
+
+    def _body(self, messages: list[dict], n: int, seed: int) -> dict[str, Any]:
+        s = self.cfg.sampling
+        body = {"model": self.endpoint.model, "messages": messages, "n": n, "seed": seed,
+                "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+        body.update(self.cfg.engine.extra_body)
+        return body
+
+    async def _do_unit(self, unit: Unit, client: ChatClient, ctx: VerifyContext,
+                       writer: JournalWriter, progress: Progress) -> None:
+        task = self.tasks.iloc[unit.pos]
+        seed0 = task_seed(self.cfg.sampling.seed, task.task_id)
+        first = unit.indices[0]
+        started = time.time()
+        result: ChatResult = await client.complete(
+            self._body(json.loads(task.messages), len(unit.indices), seed0 + first))
+        base = {"task_index": int(task.task_index), "task_id": task.task_id,
+                "label": task.label, "attempt": result.attempts,
+                "request_n": len(unit.indices), "gen_key": self.gen_key,
+                "model": self.endpoint.model, "engine": self.endpoint.identity,
+                "started_at": started, "latency_s": result.latency_s,
+                "prompt_tokens": result.prompt_tokens, "writer": self.writer_id}
+        env = self.envs[task.label]
+        row = json.loads(task.row)
+        got = {c.index: c for c in result.choices}
+        failed = tokens = 0
+        for j, r in enumerate(unit.indices):
+            rec = dict(base, rollout_index=r, seed=seed0 + r)
+            choice = got.get(j)
+            if choice is None:
+                rec.update(status=result.failure or FailureKind.ENGINE_ERROR,
+                           error=result.detail, finished_at=time.time())
+            else:
+                t0 = time.monotonic()
+                verdict = await _verify(env, row, choice.text, ctx)
+                rec.update(status=verdict.status, reward=verdict.reward,
+                           error=verdict.detail, finish_reason=choice.finish_reason,
+                           completion=choice.text, completion_tokens=choice.completion_tokens,
+                           extras=json.dumps(verdict.extras, ensure_ascii=False, default=str),
+                           verify_s=time.monotonic() - t0, finished_at=time.time())
+                tokens += choice.completion_tokens or 0
+            failed += rec["status"] != OK
+            self.counts[rec["status"]] += 1
+            writer.append(rec)
+        progress.update(len(unit.indices), failed, tokens)
+
+    async def generate(self, missing: list[list[int]], progress: Progress) -> None:
+        r = self.cfg.rollout
+        queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
+        writer = JournalWriter(self.journal_dir, self.writer_id, r.segment_interval_s,
+                               r.segment_max_records)
+        pool = _make_pool(r.verify_workers)
+        connector = aiohttp.TCPConnector(limit=r.concurrency, limit_per_host=r.concurrency)
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                client = ChatClient(session, self.endpoint.base_url, self.endpoint.api_key, r)
+                ctx = VerifyContext(pool=pool, timeout_s=r.verify_timeout_s, http_session=None)
+
+                async def worker() -> None:
+                    while (unit := await queue.get()) is not None:
+                        await self._do_unit(unit, client, ctx, writer, progress)
+
+                workers = [asyncio.create_task(worker()) for _ in range(r.concurrency)]
+                try:
+                    for unit in _units(missing, self.cfg.engine.max_n):
+                        await queue.put(unit)
+                    for _ in workers:
+                        await queue.put(None)
+                    await asyncio.gather(*workers)
+                finally:
+                    for w in workers:
+                        w.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
+        finally:
+            writer.close()  # whatever finished is kept, also on SIGTERM or an error
+            for env in self.envs.values():
+                await env.aclose()
+            pool.stop()
+            pool.join(timeout=10)
+
+
+def _make_pool(workers: int):
+    from pebble import ProcessPool
+
+    return ProcessPool(max_workers=workers)
+
+
+async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) -> Verdict:
+    try:
+        return await env.verify(row, text, ctx)
+    except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
+        return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _load_tasks(path: Path) -> pd.DataFrame:
+    cols = ["task_index", "task_id", "label", "environment", "num_repeats", "messages", "row"]
+    return pq.read_table(path, columns=cols).to_pandas()
+
+
+def _write_output(run: ShardRun, out_path: Path) -> dict[str, Any]:
+    scan = scan_journal(run.journal_dir)
+    tasks = run.tasks[["task_index", "task_id", "num_repeats"]]
+    col = resolve(scan, tasks, run.gen_key)
+    expected = int(tasks["num_repeats"].sum())
+    by_status = col.winners["status"].value_counts().to_dict()
+    failed = sum(v for k, v in by_status.items() if k != OK)
+    summary = {"shard": run.shard_tag, "expected": expected, "present": len(col.winners),
+               "ok": int(by_status.get(OK, 0)), "failed": int(failed),
+               "by_status": {k: int(v) for k, v in sorted(by_status.items())},
+               "rekeyed": col.rekeyed}
+    if len(col.winners) != expected:
+        raise ShardIncomplete(f"{run.shard_tag}: {expected - len(col.winners)} of {expected} "
+                              f"rollouts missing after generation")
+    limit = run.cfg.rollout.max_failed_fraction
+    if expected and failed / expected > limit:
+        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
+        raise ShardIncomplete(
+            f"{run.shard_tag}: {failed} of {expected} rollouts failed terminally ({kinds}), "
+            f"over rollout.max_failed_fraction={limit:g}; rerun the shard to retry them")
+    picks: dict[int, list[int]] = {}
+    new_index: dict[tuple[int, int], int] = {}
+    for src, row, ti in zip(col.winners["_src"], col.winners["_row"],
+                            col.winners["task_index"], strict=True):
+        picks.setdefault(int(src), []).append(int(row))
+        new_index[(int(src), int(row))] = int(ti)
+    with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, ROLLOUT_SCHEMA,
+                                                        compression="zstd") as w:
+        for src, table in zip(sorted(picks), read_rows(scan, picks), strict=True):
+            if col.rekeyed:  # records that followed their task_id get its current index
+                idx = [new_index[(src, r)] for r in picks[src]]
+                table = table.set_column(0, "task_index", _int64(idx))
+            w.write_table(table)
+    return summary
+
+
+def _int64(values: list[int]):
+    import pyarrow as pa
+
+    return pa.array(values, pa.int64())
+
+
+def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_dir: str | Path,
+              out_path: str | Path, shard_tag: str) -> dict[str, Any]:
+    """Collect every missing rollout of the shard's tasks, then write the shard output."""
+    journal = Path(journal_dir)
+    with ShardLock(journal, shard_tag):
+        run = ShardRun(cfg, endpoint, _load_tasks(Path(shard_tasks)), journal, shard_tag)
+        missing, info = run.missing()
+        todo = sum(len(m) for m in missing)
+        log.info("%s: %d tasks, %d rollouts already journaled, %d to generate "
+                 "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
+                 shard_tag, len(run.tasks), info["journaled_ok"], todo, info["stale"],
+                 info["rekeyed"], info["torn_lines"])
+        if todo:
+            progress = Progress(todo, shard_tag, cfg.rollout.progress_interval_s)
+            try:
+                asyncio.run(_with_sigterm(run.generate(missing, progress)))
+            finally:
+                progress.close()
+        summary = _write_output(run, Path(out_path))
+        summary.update(generated=todo, **info)
+        log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
+        return summary
+
+
+async def _with_sigterm(coro) -> None:
+    """SIGTERM (scancel, Snakemake stopping) cancels the work so the journal is closed."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(coro)
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
