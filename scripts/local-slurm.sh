@@ -203,6 +203,7 @@ wait_idle() {
     sleep 0.5
   done
   log "node state after ${WAIT_S}s: '${state:-no answer from slurmctld}'"
+  sinfo -R >&2 2>/dev/null || true
   tail -n 20 "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log" >&2 || true
   die "local Slurm did not become ready"
 }
