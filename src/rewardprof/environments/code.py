@@ -1,0 +1,109 @@
+"""code: the completion's program must pass every unit test of the row, run in a sandbox.
+
+Row formats (any one of):
+- NeMo Gym `comp_coding`: `verifier_metadata.unit_tests = {"inputs": [...], "outputs": [...]}`,
+  stdin/stdout cases;
+- `tests`: a list of `{"input": ..., "output": ...}` (stdin/stdout) or `{"assert": "code"}`;
+- `test_list` (MBPP style): a list of assert statements, with optional `test_setup_code`;
+- `test_code`: one block of Python run after the program (asserts; exit 0 = pass).
+
+The program is the last ```python fenced block of the completion (else the last fenced block);
+none is reward 0 with reason "no_code". Each test runs in a fresh sandboxed subprocess (see
+`sandbox.py`: no network, read-only filesystem outside a scratch dir, CPU/memory/file-size/process
+limits, wall-clock timeout). Reward 1 only if all tests pass; the first failing test's outcome
+(wrong_answer, runtime_error, timeout, memory_limit, output_limit, plus any `violation`: network,
+filesystem, processes) is in extras. A sandbox that cannot start is a verifier_error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from typing import Any
+
+from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
+from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
+from rewardprof.records import FailureKind
+
+CODE_INSTRUCTION = ("Write a complete Python 3 program in one ```python code block. It reads "
+                    "from standard input and writes to standard output.")
+_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
+
+
+def extract_program(completion: str) -> str | None:
+    blocks = _FENCE.findall(completion)
+    if not blocks:
+        return None
+    python = [code for lang, code in blocks if lang.lower() in ("python", "python3", "py")]
+    program = (python or [code for _, code in blocks])[-1]
+    return program if program.strip() else None
+
+
+def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row's tests as [{"stdin", "expected_stdout"} | {"assert"}]; RowError if none."""
+    unit = _get(row, "verifier_metadata.unit_tests")
+    if unit is not None:
+        ins, outs = unit.get("inputs"), unit.get("outputs")
+        if not (isinstance(ins, list) and isinstance(outs, list) and len(ins) == len(outs)):
+            raise RowError("verifier_metadata.unit_tests: need equal-length inputs and outputs")
+        pairs = zip(ins, outs, strict=True)
+        return [{"stdin": str(i), "expected_stdout": str(o)} for i, o in pairs]
+    if isinstance(row.get("tests"), list):
+        out = []
+        for t in row["tests"]:
+            if isinstance(t, dict) and "assert" in t:
+                out.append({"assert": str(t["assert"])})
+            elif isinstance(t, dict) and "input" in t and "output" in t:
+                out.append({"stdin": str(t["input"]), "expected_stdout": str(t["output"])})
+            else:
+                raise RowError("tests: each test needs input+output or assert")
+        return out
+    if isinstance(row.get("test_list"), list):
+        setup = str(row.get("test_setup_code") or "")
+        return [{"assert": f"{setup}\n{a}".strip()} for a in row["test_list"]]
+    if isinstance(row.get("test_code"), str):
+        return [{"assert": row["test_code"]}]
+    raise RowError("no tests: expected verifier_metadata.unit_tests, tests, test_list or "
+                   "test_code")
+
+
+class CodeEnvironment(Environment):
+    name = "code"
+    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
+
+    def check_row(self, row: dict[str, Any]) -> None:
+        super().check_row(row)
+        if not row_tests(row):
+            raise RowError("the row has zero tests")
+        if not any(k in row for k in ("responses_create_params", "messages", "prompt",
+                                      "question")):
+            raise RowError("no prompt: expected responses_create_params.input, messages, "
+                           "prompt or question")
+
+    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+            return [{"role": "user", "content": f"{row['question']}\n\n{CODE_INSTRUCTION}"}]
+        return super().prompt(row)
+
+    async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
+        program = extract_program(completion)
+        if program is None:
+            return Verdict(0.0, extras={"reason": "no_code"})
+        tests = row_tests(row)
+        limits = Limits.from_options(self.options)
+        # The pool's hard timeout is a backstop above the per-test wall clocks.
+        budget = len(tests) * (limits.timeout_s + 3) + 15
+        try:
+            result = await ctx.run_in_pool(run_tests, program, tests, asdict(limits),
+                                           timeout_s=budget)
+        except TimeoutError:
+            return Verdict.failure(FailureKind.VERIFIER_TIMEOUT,
+                                   f"code tests exceeded the {budget:g}s budget")
+        except SandboxError as exc:
+            return Verdict.failure(FailureKind.VERIFIER_ERROR, str(exc)[:300])
+        except Exception as exc:  # the harness broke: a verifier failure, never a 0
+            return Verdict.failure(FailureKind.VERIFIER_ERROR,
+                                   f"{type(exc).__name__}: {exc}"[:300])
+        reward = 1.0 if result["failure"] is None and result["passed"] == len(tests) else 0.0
+        result.pop("tests", None)
+        return Verdict(reward, extras=result)
