@@ -18,6 +18,16 @@ from rewardprof.config import Config, ConfigError, load_config, validate_config
 EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
+def _register_model_commands(sub: argparse._SubParsersAction) -> None:
+    """`rewardprof model convert ...` (the engine's builtin models; see rewardprof.model)."""
+    from rewardprof.model import add_model_subcommand
+
+    add_model_subcommand(sub)
+
+
+EXTRA_COMMANDS.append(_register_model_commands)
+
+
 def _config(args: argparse.Namespace) -> Config:
     if getattr(args, "config_json", None):
         return validate_config(json.loads(args.config_json), origin="--config-json")

@@ -102,6 +102,22 @@ class Engine(_Strict):
     startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
         900, description="How long serve mode waits for the server to become ready."
     )
+    python: str | None = Field(
+        None,
+        description="Serve mode: the Python interpreter that has vLLM (the engine's venv). "
+        "Default: $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one.",
+    )
+    host: str = Field(
+        "127.0.0.1",
+        description="Serve mode: address the server binds to; the client in the same job "
+        "connects there (127.0.0.1 keeps it private to the node).",
+    )
+    models_dir: str = Field(
+        "resources/models", description="Where builtin models are converted to (<dir>/<name>)."
+    )
+    stop_grace_s: Annotated[float, Field(gt=0)] = Field(
+        20, description="Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."
+    )
 
     @field_validator("base_url")
     @classmethod
