@@ -25,6 +25,12 @@ ENTRY_POINT_GROUP = "rewardprof.environments"
 # to the runs that use that environment.
 BUILTIN: dict[str, str] = {
     "math": "rewardprof.environments.math:MathEnvironment",
+    "mcq": "rewardprof.environments.mcq:MCQEnvironment",
+    "reasoning_gym": "rewardprof.environments.reasoning_gym:ReasoningGymEnvironment",
+    "code": "rewardprof.environments.code:CodeEnvironment",
+    "instruction_following":
+        "rewardprof.environments.instruction_following:InstructionFollowingEnvironment",
+    "llm_judge": "rewardprof.environments.llm_judge:LLMJudgeEnvironment",
 }
 
 

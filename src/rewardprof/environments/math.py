@@ -1,8 +1,17 @@
 """math: the last complete \\boxed{...} of the completion, compared with math-verify.
 
+Row format: `expected_answer` (outer `\\( ... \\)` stripped, as NeMo Gym does) and a prompt
+(`responses_create_params.input`, `messages`, `prompt`, or `problem` / `question`, to which the
+box instruction is appended). No complete box is reward 0 with reason "no_boxed_answer".
+
 math-verify parses LaTeX into SymPy; a pathological expression can wedge SymPy for minutes, so
-the comparison runs in a worker process with a hard timeout (a timeout is a `verifier_timeout`
-failure, never a 0).
+the comparison runs in a worker process with a hard timeout (`options.timeout_s`; a timeout is a
+`verifier_timeout` failure, never a 0).
+
+Optional judge fallback (off by default): with `options.judge` set to llm_judge client options
+(base_url, model, ...), an answer math-verify rejects is shown to the judge with the expected
+answer; its EQUIVALENT verdict gives reward 1 (extras.judged = true). A judge that fails or
+answers garbage makes the rollout a `judge_error`, not a 0.
 """
 
 from __future__ import annotations
@@ -55,10 +64,25 @@ def math_equal(expected: str, answer: str, timeout_s: float) -> bool:
     return bool(verify(gold, pred, timeout_seconds=max(1, int(timeout_s))))
 
 
+JUDGE_TEMPLATE = """Are these two final answers to the math problem mathematically equivalent?
+
+Problem (may be empty): {question}
+Expected answer: {expected}
+Given answer: {answer}
+
+Reply with one line: VERDICT: EQUIVALENT or VERDICT: NOT_EQUIVALENT"""
+_JUDGE_VERDICT = re.compile(r"VERDICT:\s*\**\s*(NOT_EQUIVALENT|EQUIVALENT)")
+
+
 class MathEnvironment(Environment):
     name = "math"
     required_fields = ("expected_answer",)
-    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
+    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT,
+                     FailureKind.JUDGE_ERROR)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        self._judge: Any = None
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -89,4 +113,25 @@ class MathEnvironment(Environment):
         except Exception as exc:  # a crash in the verifier is recorded, never a silent 0
             return Verdict.failure(FailureKind.VERIFIER_ERROR,
                                    f"{type(exc).__name__}: {exc}"[:300], extracted=answer)
+        if not same and self.options.get("judge"):
+            return await self._judge_fallback(row, expected, answer)
         return Verdict(1.0 if same else 0.0, extras={"extracted": answer})
+
+    async def _judge_fallback(self, row: dict[str, Any], expected: str, answer: str) -> Verdict:
+        from rewardprof.environments.llm_judge import JudgeClient, JudgeError, parse_verdict
+
+        if self._judge is None:
+            self._judge = JudgeClient(dict(self.options["judge"]))
+        text = JUDGE_TEMPLATE.format(question=row.get("problem", row.get("question", "")),
+                                     expected=expected, answer=answer)
+        try:
+            reply = await self._judge.complete([{"role": "user", "content": text}])
+            reward = parse_verdict(reply, _JUDGE_VERDICT,
+                                   {"EQUIVALENT": 1.0, "NOT_EQUIVALENT": 0.0}, 1.0)
+        except JudgeError as exc:
+            return Verdict.failure(FailureKind.JUDGE_ERROR, str(exc)[:300], extracted=answer)
+        return Verdict(reward, extras={"extracted": answer, "judged": True})
+
+    async def aclose(self) -> None:
+        if self._judge is not None:
+            await self._judge.aclose()
