@@ -13,6 +13,7 @@ include: "rules/common.smk"
 include: "rules/materialize.smk"
 include: "rules/shard.smk"
 include: "rules/rollout.smk"
+include: "rules/model.smk"
 include: "rules/merge.smk"
 include: "rules/profile.smk"
 

