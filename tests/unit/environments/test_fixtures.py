@@ -1,0 +1,66 @@
+"""L1: every built-in environment against checked-in NeMo Gym rows with known rewards.
+
+Each tests/data/environments/<env>.jsonl line is one case: a NeMo Gym row, a completion and the
+expected reward/status (and a subset of the verifier extras; optional environment `options`;
+for llm_judge the fake judge's reply). The first two cases of every file
+are the two-row fixture: the same task answered right (reward 1) and wrong (reward 0).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA, FakeJudge, load_cases, run
+
+from rewardprof.environments import BUILTIN, make_environment
+
+ENVS = ["math", "mcq", "reasoning_gym", "code", "instruction_following", "llm_judge"]
+CASES = [(env, c) for env in ENVS for c in load_cases(env)]
+
+
+def test_every_builtin_has_a_fixture_file():
+    assert sorted(BUILTIN) == sorted(ENVS)
+    for env in ENVS:
+        assert (DATA / f"{env}.jsonl").exists(), env
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_two_row_fixture(env):
+    first, second = load_cases(env)[:2]
+    assert (first["case"], second["case"]) == ("accepted", "rejected")
+    assert first["row"] == second["row"], "the two-row fixture answers one task twice"
+    assert (first["expected"]["reward"], second["expected"]["reward"]) == (1.0, 0.0)
+
+
+async def _verify(env_name: str, case: dict, ctx) -> object:
+    options = case.get("options", {})
+    if env_name == "llm_judge":
+        judge = FakeJudge(default=case["judge_reply"])
+        async with judge.serving():
+            env = make_environment(env_name, {**options, "base_url": judge.base_url,
+                                              "model": "judge"})
+            try:
+                verdict = await env.verify(case["row"], case["completion"], ctx)
+            finally:
+                await env.aclose()
+        assert len(judge.requests) == 1
+        assert case["completion"] in judge.requests[0]["messages"][0]["content"]
+        return verdict
+    env = make_environment(env_name, options)
+    return await env.verify(case["row"], case["completion"], ctx)
+
+
+@pytest.mark.parametrize(("env_name", "case"), CASES,
+                         ids=[f"{e}-{c['case']}" for e, c in CASES])
+def test_case(env_name, case, ctx):
+    env = make_environment(env_name)
+    env.check_row(case["row"])  # the checked-in row is valid for its environment
+    messages = env.prompt(case["row"])
+    assert messages and messages[-1]["role"] == "user" and messages[-1]["content"]
+    verdict = run(_verify(env_name, case, ctx))
+    want = case["expected"]
+    assert verdict.status == want["status"], (verdict.status, verdict.detail, verdict.extras)
+    assert verdict.reward == want["reward"], (verdict.reward, verdict.extras)
+    if want["status"] != "ok":
+        assert verdict.detail, "a failure always says why"
+    for key, value in want.get("extras", {}).items():
+        assert verdict.extras.get(key) == value, (key, verdict.extras)
