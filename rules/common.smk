@@ -2,6 +2,7 @@
 # rewardprof's pydantic model before any rule is defined, so a misspelled key fails here,
 # before the DAG is built or any job runs.
 import json
+import os
 import sys
 
 from rewardprof.config import ConfigError, validate_config

@@ -10,7 +10,7 @@ rule profile:
         by_label=expand(f"{RUN}/profile/by_label/{{label}}.parquet", label=LABELS),
     params:
         cfg=stage_config("profile"),
-        out=f"{RUN}/profile",
+        out=lambda wildcards, output: os.path.dirname(output.tasks),
     log:
         f"{RUN}/logs/profile.log",
     benchmark:

@@ -81,7 +81,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     tag = f"s{args.shard}of{args.num_shards}"
     with engine_session(cfg, args.engine_log) as endpoint:
         summary = run_shard(cfg, endpoint, args.tasks, args.journal, args.out, tag)
-    print(json.dumps(summary))
+    logging.info("summary: %s", json.dumps(summary))
     return 0
 
 

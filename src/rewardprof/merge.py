@@ -26,7 +26,8 @@ class MergeError(RuntimeError):
     pass
 
 
-def _check_shard(path: Path, shard_index: int, num_shards: int, tasks: pd.DataFrame) -> pd.DataFrame:
+def _check_shard(path: Path, shard_index: int, num_shards: int,
+                 tasks: pd.DataFrame) -> pd.DataFrame:
     keys = pq.read_table(path, columns=["task_index", "rollout_index", "task_id", "status"]
                          ).to_pandas()
     wrong_shard = keys[keys["task_index"] % num_shards != shard_index]

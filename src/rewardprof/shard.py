@@ -29,12 +29,11 @@ def write_shard(tasks_path: str | Path, out_path: str | Path, shard_index: int,
         raise ValueError(f"shard index {shard_index} is not in [0, {num_shards})")
     n = 0
     pf = pq.ParquetFile(tasks_path)
-    with atomic_path(out_path) as tmp:
-        with pq.ParquetWriter(tmp, TASKS_SCHEMA, compression="zstd") as writer:
-            for batch in pf.iter_batches(batch_size=8192):
-                mask = shard_mask(batch.column("task_index"), shard_index, num_shards)
-                part = batch.filter(mask)
-                if part.num_rows:
-                    writer.write_batch(part)
-                    n += part.num_rows
+    with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, TASKS_SCHEMA,
+                                                         compression="zstd") as writer:
+        for batch in pf.iter_batches(batch_size=8192):
+            part = batch.filter(shard_mask(batch.column("task_index"), shard_index, num_shards))
+            if part.num_rows:
+                writer.write_batch(part)
+                n += part.num_rows
     return n

@@ -39,8 +39,7 @@ def iter_rows(entry: Entry, base_dir: Path | None = None) -> Iterator[tuple[int,
     if isinstance(src, GeneratorSource):
         from rewardprof.generators import generate_rows
 
-        for i, row in enumerate(generate_rows(src), start=1):
-            yield i, row
+        yield from enumerate(generate_rows(src), start=1)
         return
     path = resolve_source(entry, base_dir)
     if path.suffix == ".parquet":

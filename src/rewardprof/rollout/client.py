@@ -137,7 +137,7 @@ class ChatClient:
                     raise _classify_http(resp.status, text, resp.headers)
         except _Attempt:
             raise
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             raise _Attempt(FailureKind.TIMEOUT,
                            f"no response within {self.settings.request_timeout_s:g}s",
                            True) from None

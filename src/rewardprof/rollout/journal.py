@@ -130,7 +130,7 @@ def _read_tail(path: Path) -> tuple[pa.Table, int]:
     rows, torn = [], 0
     with path.open("rb") as f:
         lines = f.read().split(b"\n")
-    for i, raw in enumerate(lines):
+    for raw in lines:
         if not raw.strip():
             continue
         try:

@@ -1,0 +1,218 @@
+"""A scripted, fault-injecting OpenAI-compatible server on loopback (real HTTP).
+
+For tests and benchmarks: never the only proof that something works against a real engine, but
+the way to script exact answers per prompt and to inject the faults a sweep meets.
+
+    with FakeOpenAI(answer=lambda prompt, seed: "\\boxed{5}" if "2 + 3" in prompt else "no") as s:
+        s.base_url  # http://127.0.0.1:PORT/v1
+        s.faults.extend(["500", "429:retry_after=1", "hang", "reset", "garbage", "fewer",
+                         "length", "context_length", "503"])
+        s.stats["ok_requests"], s.stats["ok_choices"]
+
+Faults are consumed one per chat request, in order; an empty queue serves normally. `fault_fn`
+may instead decide per request (return a fault string or None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+AnswerFn = Callable[[str, int | None], str]
+
+
+def _default_answer(prompt: str, seed: int | None) -> str:
+    return "I am not sure."
+
+
+class FakeOpenAI:
+    def __init__(self, answer: AnswerFn = _default_answer, model: str = "fake-model",
+                 host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0,
+                 hang_s: float = 3600.0, fault_fn: Callable[[dict], str | None] | None = None,
+                 return_token_ids: bool = True):
+        self.answer, self.model, self.host, self.port = answer, model, host, port
+        self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
+        self.return_token_ids = return_token_ids
+        self.faults: deque[str] = deque()
+        self.stats: Counter[str] = Counter()
+        self.requests: list[dict[str, Any]] = []  # every chat request body, in order
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        if not self.port:
+            with socket.socket() as s:
+                s.bind((self.host, 0))
+                self.port = s.getsockname()[1]
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake server did not start")
+        return self
+
+    def _serve(self, ready: threading.Event) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/health", lambda r: web.Response(text="ok"))
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._loop.run_until_complete(site.start())
+        ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+        fut.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread:
+            self._thread.join(10)
+        self._loop = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- handlers --------------------------------------------------------------------------
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list",
+                                  "data": [{"id": self.model, "object": "model"}]})
+
+    def _next_fault(self, body: dict) -> str | None:
+        with self._lock:
+            if self.faults:
+                return self.faults.popleft()
+        return self.fault_fn(body) if self.fault_fn else None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        with self._lock:
+            self.requests.append(body)
+            self.stats["requests"] += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        fault = self._next_fault(body)
+        if fault is not None:
+            self.stats[f"fault:{fault.split(':')[0]}"] += 1
+            resp = await self._fault(fault, request, body)
+            if resp is not None:
+                return resp
+        if body.get("model") != self.model:
+            return web.json_response({"error": {"message": f"model {body.get('model')!r} "
+                                                "does not exist"}}, status=404)
+        return web.json_response(self._completion(body, fault))
+
+    def _completion(self, body: dict, fault: str | None) -> dict:
+        n = int(body.get("n", 1))
+        seed = body.get("seed")
+        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        if fault == "fewer":
+            n = max(0, n - 1)
+        choices, total = [], 0
+        for j in range(n):
+            text = self.answer(prompt, None if seed is None else seed + j)
+            finish = "stop"
+            max_tokens = body.get("max_tokens")
+            tokens = text.split()
+            if fault == "length" or (max_tokens and len(tokens) > max_tokens):
+                tokens = tokens[: max_tokens or len(tokens)]
+                text, finish = " ".join(tokens), "length"
+            total += len(tokens)
+            choice = {"index": j, "message": {"role": "assistant", "content": text},
+                      "finish_reason": finish}
+            if self.return_token_ids:
+                choice["token_ids"] = list(range(len(tokens)))
+            choices.append(choice)
+        with self._lock:
+            self.stats["ok_requests"] += 1
+            self.stats["ok_choices"] += len(choices)
+        return {"id": f"cmpl-{time.monotonic_ns()}", "object": "chat.completion",
+                "model": self.model, "choices": choices,
+                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": total,
+                          "total_tokens": total + len(prompt.split())}}
+
+    async def _fault(self, fault: str, request: web.Request, body: dict):
+        kind, _, arg = fault.partition(":")
+        if kind in ("500", "502", "503"):
+            return web.json_response({"error": {"message": "injected"}}, status=int(kind))
+        if kind == "429":
+            headers = {}
+            if arg.startswith("retry_after="):
+                headers["Retry-After"] = arg.split("=", 1)[1]
+            return web.json_response({"error": {"message": "rate limited"}}, status=429,
+                                     headers=headers)
+        if kind == "context_length":
+            return web.json_response({"error": {"message": "This model's maximum context "
+                                                "length is 2048 tokens"}}, status=400)
+        if kind == "hang":
+            await asyncio.sleep(float(arg) if arg else self.hang_s)
+            return web.json_response({"error": {"message": "hung"}}, status=500)
+        if kind == "garbage":
+            return web.Response(text='{"choices": [ {"mess', content_type="application/json")
+        if kind == "reset":
+            # headers promise a body, then the connection is cut mid-body
+            resp = web.StreamResponse(status=200, headers={"Content-Length": "1000"})
+            await resp.prepare(request)
+            await resp.write(b'{"choices": [')
+            request.transport.close()
+            return resp
+        if kind in ("fewer", "length"):
+            return None  # served normally, shaped in _completion
+        raise ValueError(f"unknown fault {fault!r}")
+
+
+def scripted(answers: dict[str, str], default: str = "I am not sure.") -> AnswerFn:
+    """Answer by prompt substring: the first key found in the prompt picks the answer."""
+
+    def answer(prompt: str, seed: int | None) -> str:
+        for key, text in answers.items():
+            if key in prompt:
+                return text
+        return default
+
+    return answer
+
+
+def main() -> None:  # `python -m rewardprof.testing.fake_server --port 8000 --answers a.json`
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--answers", help="JSON file: {prompt substring: answer text}")
+    args = p.parse_args()
+    answers = json.loads(Path(args.answers).read_text()) if args.answers else {}
+    server = FakeOpenAI(scripted(answers), model=args.model, port=args.port).start()
+    print(f"serving {server.base_url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
