@@ -7,25 +7,17 @@ rules pass, so that Snakemake reruns a stage when the keys it depends on change)
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
-from collections.abc import Callable
 
 from rewardprof.config import Config, ConfigError, load_config, validate_config
 
-# Extra subcommands (engine, Slurm launcher, ...) register themselves here.
-EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
-
-
-def _register_model_commands(sub: argparse._SubParsersAction) -> None:
-    """`rewardprof model convert ...` (the engine's builtin models; see rewardprof.model)."""
-    from rewardprof.model import add_model_subcommand
-
-    add_model_subcommand(sub)
-
-
-EXTRA_COMMANDS.append(_register_model_commands)
+# Modules that add subcommands: each has `register(subparsers)`. One line per module.
+EXTRA_COMMAND_MODULES: list[str] = [
+    "rewardprof.model",  # rewardprof model convert (the engine's builtin models)
+]
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -154,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="profile output directory")
     p.set_defaults(func=cmd_profile)
 
-    for register in EXTRA_COMMANDS:
-        register(sub)
+    for module in EXTRA_COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
     return parser
 
 
