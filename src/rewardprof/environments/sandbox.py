@@ -164,7 +164,9 @@ def run_program(source: str, stdin: str, limits: Limits, workdir: Path) -> RunRe
         elif proc is not None:
             with contextlib.suppress(ProcessLookupError):  # the group is already gone
                 os.killpg(proc.pid, signal.SIGKILL)
-    status = json.loads(status_lines[0]) if status_lines else {}
+    status: dict[str, Any] = {}
+    for line in status_lines:  # the containment report, then an error if exec itself failed
+        status.update(json.loads(line))
     if "error" in status:
         raise SandboxError(f"sandbox setup failed: {status['error']}")
     if not status:

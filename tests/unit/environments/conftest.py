@@ -1,25 +1,11 @@
-"""Fixtures for the environment (verifier) tests: a real process pool and a fake judge."""
+"""Fixtures for the environment (verifier) tests: a real process pool and a context."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections import deque
-from contextlib import asynccontextmanager
-from pathlib import Path
-
 import pebble
 import pytest
-from aiohttp import web
 
 from rewardprof.environments import VerifyContext
-
-DATA = Path(__file__).resolve().parents[2] / "data" / "environments"
-
-
-def load_cases(env_name: str) -> list[dict]:
-    with (DATA / f"{env_name}.jsonl").open() as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 @pytest.fixture(scope="session")
@@ -32,50 +18,3 @@ def pool():
 @pytest.fixture
 def ctx(pool):
     return VerifyContext(pool=pool, timeout_s=20)
-
-
-class FakeJudge:
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 with scripted replies.
-
-    `script` entries are consumed one per request: a str (reply text, HTTP 200), or a tuple
-    (status, headers, body). When the script is empty, `default` (a str) is served.
-    """
-
-    def __init__(self, default: str = "VERDICT: CORRECT"):
-        self.script: deque = deque()
-        self.default = default
-        self.requests: list[dict] = []
-        self.times: list[float] = []
-        self.base_url = ""
-
-    async def _chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(body)
-        self.times.append(asyncio.get_running_loop().time())
-        item = self.script.popleft() if self.script else self.default
-        if isinstance(item, tuple):
-            status, headers, text = item
-            return web.Response(status=status, headers=headers, text=text)
-        reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": item}}]}
-        return web.json_response(reply)
-
-    @asynccontextmanager
-    async def serving(self):
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        try:
-            yield self
-        finally:
-            await runner.cleanup()
-
-
-def run(coro):
-    return asyncio.run(coro)

@@ -9,7 +9,7 @@ are the two-row fixture: the same task answered right (reward 1) and wrong (rewa
 from __future__ import annotations
 
 import pytest
-from conftest import DATA, FakeJudge, load_cases, run
+from env_helpers import DATA, FakeJudge, load_cases, run
 
 from rewardprof.environments import BUILTIN, make_environment
 

@@ -1,0 +1,174 @@
+"""Sandbox: hostile programs get reward 0 with the right failure detail; the next one still runs.
+
+The containment asserted here (network namespace, read-only mounts, own uid) needs root, which
+this project's machines and CI have; without root these tests skip (or fail under CI=true).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from env_helpers import run
+
+from rewardprof.environments import make_environment
+
+IS_ROOT = os.geteuid() == 0
+TESTS = {"tests": [{"input": "2\n", "output": "4\n"}], "prompt": "Double the input."}
+GOOD = "```python\nprint(int(input()) * 2)\n```"
+
+
+@pytest.fixture(autouse=True)
+def need_root():
+    if not IS_ROOT:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI=true: the sandbox tests need root")
+        pytest.skip("sandbox containment needs root")
+
+
+def verify(program: str, ctx, **options):
+    env = make_environment("code", {"timeout_s": 2, **options})
+    return run(env.verify(TESTS, f"```python\n{program}\n```", ctx))
+
+
+def sandbox_processes(wait_s: float = 3.0) -> list[int]:
+    """Live processes left behind by any sandbox (they run as uids >= 1,000,000).
+
+    Killed processes are reaped by init shortly after; zombies are not counted.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        live = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{pid}").st_uid < 1_000_000:
+                    continue
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X"):
+                live.append(int(pid))
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.1)
+
+
+def assert_next_still_works(ctx):
+    env = make_environment("code", {"timeout_s": 2})
+    v = run(env.verify(TESTS, GOOD, ctx))
+    assert (v.status, v.reward) == ("ok", 1.0), v
+
+
+def test_network_connection_is_refused(ctx):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            conn.sendall(b"4\n")
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    # Reaching the host's loopback server would print the expected "4" and pass.
+    program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+               "print(s.recv(10).decode().strip())")
+    v = verify(program, ctx)
+    stop.set()
+    t.join()
+    server.close()
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] == "runtime_error"
+    assert v.extras["violation"] == "network"
+    assert "Network is unreachable" in v.extras["stderr_tail"]
+    assert v.extras["sandbox"]["net_isolated"] is True
+    assert accepted == [], "the program reached the host network"
+    assert_next_still_works(ctx)
+
+
+def test_write_outside_scratch_fails(ctx):
+    # /tmp is world-writable: only the read-only mount keeps the program out of it.
+    target = Path("/tmp") / f"rewardprof-escape-{os.getpid()}-{time.time_ns()}.txt"
+    program = f"open({str(target)!r}, 'w').write('x')\nprint(4)"
+    v = verify(program, ctx)
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] == "runtime_error"
+    assert v.extras["violation"] == "filesystem"
+    assert "Read-only file system" in v.extras["stderr_tail"]
+    assert v.extras["sandbox"]["fs_readonly"] is True
+    assert not target.exists()
+    # ... while its own scratch directory is writable
+    v = verify("open('notes.txt', 'w').write('2')\nprint(int(open('notes.txt').read()) * 2)", ctx)
+    assert (v.status, v.reward) == ("ok", 1.0), v
+
+
+def test_fork_bomb_is_bounded_and_cleaned_up(ctx):
+    program = "import os\nwhile True:\n    os.fork()"
+    start = time.monotonic()
+    v = verify(program, ctx)
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] in ("runtime_error", "timeout")
+    assert v.extras["sandbox"]["nproc_limited"] and v.extras["sandbox"]["uid_dropped"]
+    assert time.monotonic() - start < 15
+    assert sandbox_processes() == [], "forked processes outlived the verification"
+    assert_next_still_works(ctx)
+
+
+def test_fork_bomb_that_survives_errors_times_out(ctx):
+    program = ("import os, time\nwhile True:\n    try:\n        os.fork()\n"
+               "    except OSError:\n        time.sleep(0.01)")
+    v = verify(program, ctx, timeout_s=1)
+    assert (v.reward, v.extras["failure"]) == (0.0, "timeout"), v
+    assert sandbox_processes() == []
+
+
+def test_unbounded_allocation_hits_memory_limit(ctx):
+    program = "blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))"
+    v = verify(program, ctx, memory_mb=256)
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] == "memory_limit"
+    assert "MemoryError" in v.extras["stderr_tail"]
+    assert_next_still_works(ctx)
+
+
+def test_infinite_loop_times_out(ctx):
+    start = time.monotonic()
+    v = verify("while True:\n    pass", ctx, timeout_s=1)
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] == "timeout"
+    assert time.monotonic() - start < 8
+    v = verify("import time\ntime.sleep(3600)", ctx, timeout_s=1)  # no CPU used: wall clock
+    assert v.extras["failure"] == "timeout"
+    assert sandbox_processes() == []
+    assert_next_still_works(ctx)
+
+
+def test_output_flood_is_capped(ctx):
+    v = verify("while True:\n    print('x' * 4096)", ctx, max_output_bytes=100_000)
+    assert (v.status, v.reward) == ("ok", 0.0), v
+    assert v.extras["failure"] == "output_limit"
+    assert len(v.extras["stdout_head"]) <= 300
+
+
+def test_broken_sandbox_is_a_verifier_error_not_a_zero(ctx):
+    env = make_environment("code", {"python": "/nonexistent/python3"})
+    v = run(env.verify(TESTS, GOOD, ctx))
+    assert v.status == "verifier_error" and v.reward is None
+    assert "sandbox setup failed" in v.detail
