@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pandas as pd
+
+from rewardprof.rollout.collected import resolve
+from rewardprof.rollout.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.rollout.runner import Unit, _units, task_seed
+
+
+def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):
+    return {"task_index": ti, "rollout_index": ri, "task_id": task_id, "status": status,
+            "reward": 1.0 if status == "ok" else None, "gen_key": key, "finished_at": t,
+            "completion": "x" * 10}
+
+
+def test_segments_tail_and_torn_line(tmp_path):
+    w = JournalWriter(tmp_path, "w1", interval_s=3600, max_records=3)
+    for r in range(5):
+        w.append(_rec(0, r))
+    # 3 records rolled into a segment, 2 in the tail; simulate a kill mid-line
+    w._tail.write('{"task_index": 0, "rollout_ind')
+    w._tail.flush()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["w1.000000.parquet", "w1.000001.jsonl"]
+    scan = scan_journal(tmp_path)
+    assert scan.keys.num_rows == 5 and scan.torn_lines == 1
+    assert sorted(scan.keys.column("rollout_index").to_pylist()) == [0, 1, 2, 3, 4]
+
+
+def test_close_compacts_everything_into_segments(tmp_path):
+    w = JournalWriter(tmp_path, "w1", interval_s=3600, max_records=100)
+    for r in range(4):
+        w.append(_rec(0, r))
+    w.close()
+    assert [p.suffix for p in tmp_path.iterdir()] == [".parquet"]
+    assert scan_journal(tmp_path).keys.num_rows == 4
+
+
+def test_resolve_dedupes_prefers_ok_rekeys_and_ignores_stale(tmp_path):
+    w = JournalWriter(tmp_path, "w", interval_s=3600, max_records=100)
+    w.append(_rec(0, 0, "A", "timeout", t=1))
+    w.append(_rec(0, 0, "A", "ok", t=2))
+    w.append(_rec(0, 0, "A", "engine_error", t=3))  # a later failure never hides an ok
+    w.append(_rec(0, 1, "A", "ok", key="other"))  # another model/sampling: stale
+    w.append(_rec(5, 0, "B", "ok"))  # task B moved from index 5 to 1
+    w.append(_rec(0, 9, "A", "ok"))  # beyond num_repeats
+    w.append(_rec(3, 0, "Z", "ok"))  # a task that no longer exists
+    w._tail.flush()
+    tasks = pd.DataFrame({"task_index": [0, 1], "task_id": ["A", "B"], "num_repeats": [2, 2]})
+    col = resolve(scan_journal(tmp_path), tasks, "g")
+    got = sorted(zip(col.winners["task_index"], col.winners["rollout_index"],
+                     col.winners["status"], strict=True))
+    assert got == [(0, 0, "ok"), (1, 0, "ok")]
+    assert col.stale == 1 and col.rekeyed == 1
+
+
+def test_units_group_consecutive_indices_up_to_max_n():
+    units = list(_units([[0, 1, 2, 3], [1, 3, 4], []], max_n=3))
+    assert [(u.pos, u.indices) for u in units] == [(0, [0, 1, 2]), (0, [3]), (1, [1]),
+                                                   (1, [3, 4])]
+    assert isinstance(units[0], Unit)
+
+
+def test_task_seed_is_stable_and_leaves_room_for_k():
+    s = task_seed(0, "abc")
+    assert s == task_seed(0, "abc") != task_seed(1, "abc")
+    assert s % 65536 == 0 and s + 65535 < 2**31
+
+
+def test_shard_lock_is_exclusive(tmp_path):
+    import pytest
+
+    from rewardprof.rollout.journal import JournalLocked
+
+    with ShardLock(tmp_path, "s0of2"), pytest.raises(JournalLocked, match="another rollout"):
+        with ShardLock(tmp_path, "s0of2"):
+            pass
+    with ShardLock(tmp_path, "s0of2"):  # released after the first holder exits
+        pass
