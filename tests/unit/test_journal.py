@@ -72,8 +72,9 @@ def test_shard_lock_is_exclusive(tmp_path):
 
     from rewardprof.rollout.journal import JournalLocked
 
-    with ShardLock(tmp_path, "s0of2"), pytest.raises(JournalLocked, match="another rollout"):
-        with ShardLock(tmp_path, "s0of2"):
-            pass
+    with (ShardLock(tmp_path, "s0of2"),
+          pytest.raises(JournalLocked, match="another rollout"),
+          ShardLock(tmp_path, "s0of2")):
+        pass
     with ShardLock(tmp_path, "s0of2"):  # released after the first holder exits
         pass
