@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import deque
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,8 +22,9 @@ def load_cases(env_name: str) -> list[dict]:
 class FakeJudge:
     """An OpenAI-compatible chat endpoint on 127.0.0.1 with scripted replies.
 
-    `script` entries are consumed one per request: a str (reply text, HTTP 200), or a tuple
-    (status, headers, body). When the script is empty, `default` (a str) is served.
+    `script` entries are consumed one per request: a str (reply text, HTTP 200), a tuple
+    (status, headers, body text), or a dict with optional keys reply, status, headers, body,
+    delay (seconds before answering). When the script is empty, `default` (a str) is served.
     """
 
     def __init__(self, default: str = "VERDICT: CORRECT"):
@@ -30,19 +32,31 @@ class FakeJudge:
         self.default = default
         self.requests: list[dict] = []
         self.times: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.base_url = ""
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
-        self.times.append(asyncio.get_running_loop().time())
+        self.times.append(time.monotonic())
         item = self.script.popleft() if self.script else self.default
-        if isinstance(item, tuple):
-            status, headers, text = item
-            return web.Response(status=status, headers=headers, text=text)
+        if isinstance(item, str):
+            item = {"reply": item}
+        elif isinstance(item, tuple):
+            item = dict(zip(("status", "headers", "body"), item, strict=True))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(item.get("delay", 0))
+        finally:
+            self.in_flight -= 1
+        if "reply" not in item:
+            return web.Response(status=item.get("status", 200), headers=item.get("headers"),
+                                text=item.get("body", ""))
         reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
                  "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": item}}]}
+                              "message": {"role": "assistant", "content": item["reply"]}}]}
         return web.json_response(reply)
 
     @asynccontextmanager
