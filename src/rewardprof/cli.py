@@ -17,6 +17,7 @@ from rewardprof.config import Config, ConfigError, load_config, validate_config
 # Modules that add subcommands: each has `register(subparsers)`. One line per module.
 EXTRA_COMMAND_MODULES: list[str] = [
     "rewardprof.model",  # rewardprof model convert (the engine's builtin models)
+    "rewardprof.launch",  # rewardprof launch --slurm, rewardprof install-profile
 ]
 
 
