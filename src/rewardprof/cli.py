@@ -36,6 +36,11 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from rewardprof.configdoc import render_markdown
+
+        print(render_markdown(), end="")
+        return 0
     from rewardprof.config import json_schema
 
     print(json.dumps(json_schema(), indent=2))
@@ -102,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("schema", help="print the config JSON schema")
+    p.add_argument("--markdown", action="store_true", help="the reference of docs/config.md")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("validate", help="validate a config")

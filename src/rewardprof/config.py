@@ -67,9 +67,11 @@ class Entry(_Strict):
 
 
 class Sampling(_Strict):
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    max_tokens: Annotated[int, Field(gt=0)] = 1024
+    temperature: Annotated[float, Field(ge=0)] = Field(1.0, description="Sampling temperature.")
+    top_p: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="Nucleus sampling.")
+    max_tokens: Annotated[int, Field(gt=0)] = Field(
+        1024, description="Most completion tokens per rollout (beyond: finish_reason length)."
+    )
     seed: int = Field(0, description="Base seed; each rollout's seed derives from it.")
 
 
@@ -129,10 +131,16 @@ class Engine(_Strict):
 
 class Rollout(_Strict):
     concurrency: Annotated[int, Field(gt=0)] = Field(64, description="Requests in flight.")
-    request_timeout_s: Annotated[float, Field(gt=0)] = 600
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        600, description="Per-request timeout; past it the attempt fails as a timeout."
+    )
     max_attempts: Annotated[int, Field(gt=0)] = Field(4, description="HTTP attempts per request.")
-    backoff_initial_s: Annotated[float, Field(ge=0)] = 1.0
-    backoff_max_s: Annotated[float, Field(ge=0)] = 60.0
+    backoff_initial_s: Annotated[float, Field(ge=0)] = Field(
+        1.0, description="First retry delay; doubles per attempt, with jitter."
+    )
+    backoff_max_s: Annotated[float, Field(ge=0)] = Field(
+        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
+    )
     retry_budget_s: Annotated[float, Field(gt=0)] = Field(
         1800, description="Most time one request may spend retrying, in total."
     )
@@ -143,30 +151,44 @@ class Rollout(_Strict):
     verify_workers: Annotated[int, Field(gt=0)] = Field(
         2, description="Worker processes for CPU-heavy verification."
     )
-    verify_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    verify_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Default hard timeout of one verification (verifier_timeout)."
+    )
     segment_interval_s: Annotated[float, Field(gt=0)] = Field(
         30.0, description="How often the journal's JSONL tail is compacted into a Parquet segment."
     )
-    segment_max_records: Annotated[int, Field(gt=0)] = 20000
-    progress_interval_s: Annotated[float, Field(gt=0)] = 30.0
+    segment_max_records: Annotated[int, Field(gt=0)] = Field(
+        20000, description="Most records in the JSONL tail before it is compacted."
+    )
+    progress_interval_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Seconds between progress lines when not on a terminal."
+    )
 
 
 class Profile(_Strict):
-    pass_at_k: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [1])
+    pass_at_k: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [1], description="k values of the unbiased pass@k estimator."
+    )
     group_size: Annotated[int, Field(gt=1)] = Field(8, description="GRPO group size G.")
     pass_threshold: float = Field(1.0, description="A rollout passes when reward >= this.")
-    ci_level: Annotated[float, Field(gt=0, lt=1)] = 0.95
-    ci_method: Literal["wilson", "beta"] = "wilson"
+    ci_level: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.95, description="Confidence level of the pass-rate interval."
+    )
+    ci_method: Literal["wilson", "beta"] = Field(
+        "wilson", description="wilson (score interval) or beta (Clopper-Pearson, exact)."
+    )
 
 
 class Config(_Strict):
     run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
-    num_shards: Annotated[int, Field(gt=0)] = 2
-    entries: list[Entry] = Field(min_length=1)
-    sampling: Sampling = Field(default_factory=Sampling)
-    engine: Engine = Field(default_factory=Engine)
-    rollout: Rollout = Field(default_factory=Rollout)
-    profile: Profile = Field(default_factory=Profile)
+    num_shards: Annotated[int, Field(gt=0)] = Field(
+        2, description="Rollout jobs; shard i owns tasks with task_index % N == i."
+    )
+    entries: list[Entry] = Field(min_length=1, description="The blend: one per dataset.")
+    sampling: Sampling = Field(default_factory=Sampling, description="See below.")
+    engine: Engine = Field(default_factory=Engine, description="See below.")
+    rollout: Rollout = Field(default_factory=Rollout, description="See below.")
+    profile: Profile = Field(default_factory=Profile, description="See below.")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
