@@ -166,3 +166,15 @@ def test_rerun_one_shard_by_target_regenerates_nothing(tmp_path):
     new = pq.read_table(shard).to_pandas().sort_values("rollout_index")
     assert new["completion"].tolist() == old["completion"].tolist()
     assert new["seed"].tolist() == old["seed"].tolist()
+
+
+def test_configfile_overlay_and_nested_config_override(tmp_path):
+    cfg_dict = endpoint_config("http://127.0.0.1:9/v1", _two_rows(tmp_path),
+                               sampling={"temperature": 0.3, "max_tokens": 100})
+    cfg = write_config(tmp_path, cfg_dict)
+    r = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg), "--config",
+                  "sampling={max_tokens: 7}", "run=other")
+    assert r.returncode == 0, r.stderr[-2000:]
+    # --config merges into the nested section: max_tokens overridden, temperature kept
+    assert '"sampling": {"max_tokens": 7, "seed": 0, "temperature": 0.3' in r.stdout
+    assert "results/other/rollouts/0-of-2.parquet" in r.stdout
