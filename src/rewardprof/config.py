@@ -145,8 +145,10 @@ class Rollout(_Strict):
         1800, description="Most time one request may spend retrying, in total."
     )
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = Field(
-        0.0,
-        description="Share of a shard's rollouts that may fail terminally and still complete it.",
+        0.01,
+        description="Share of a shard's rollouts that may fail terminally and still complete "
+        "it (failures stay visible per task in the profile); over it the job fails and a "
+        "rerun retries them.",
     )
     verify_workers: Annotated[int, Field(gt=0)] = Field(
         2, description="Worker processes for CPU-heavy verification."
