@@ -100,3 +100,20 @@ def test_instruction_following_loose_option(ctx):
     loose = run(make_environment("instruction_following", {"loose": True}).verify(
         row, completion, ctx))
     assert (strict.reward, loose.reward) == (0.0, 1.0)
+
+
+def test_missing_nltk_data_is_a_verifier_error_naming_it(ctx):
+    """Sentence counting needs NLTK's punkt_tab; nothing is downloaded at run time."""
+    import nltk
+
+    row = {"prompt": "Answer in at most 3 sentences.",
+           "instruction_id_list": ["length_constraints:number_sentences"],
+           "kwargs": [{"relation": "less than", "num_sentences": 4}]}
+    v = run(make_environment("instruction_following").verify(row, "One. Two.", ctx))
+    try:
+        nltk.data.find("tokenizers/punkt_tab/english/")
+    except LookupError:
+        assert v.status == "verifier_error" and v.reward is None, v
+        assert "punkt_tab" in v.detail
+    else:  # the data is installed on this machine: the check simply runs
+        assert (v.status, v.reward) == ("ok", 1.0), v
