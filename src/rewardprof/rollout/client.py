@@ -118,6 +118,7 @@ class ChatClient:
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+        self._secret = api_key
         self.settings = settings
         self.rng = rng or random.Random()
         self.timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s)
@@ -134,7 +135,8 @@ class ChatClient:
                                          timeout=self.timeout) as resp:
                 text = await resp.text()
                 if resp.status != 200:
-                    raise _classify_http(resp.status, text, resp.headers)
+                    # redact before the detail is cut to length: no partial key survives
+                    raise _classify_http(resp.status, self.redact(text), resp.headers)
         except _Attempt:
             raise
         except TimeoutError:
@@ -198,5 +200,12 @@ class ChatClient:
                                 f"server returned {len(choices)} of {n - first} choices", True)
         if pending:
             assert last is not None
-            result.failure, result.detail = last.kind, last.detail
+            result.failure, result.detail = last.kind, self.redact(last.detail)
         return result
+
+    def redact(self, text: str) -> str:
+        """Error text as recorded: some providers quote the API key they were sent in a 401
+        body; the key never reaches a record, a log or an exception."""
+        if self._secret and len(self._secret) >= 4:
+            text = text.replace(self._secret, "[REDACTED]")
+        return text

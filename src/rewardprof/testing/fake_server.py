@@ -10,12 +10,28 @@ the way to script exact answers per prompt and to inject the faults a sweep meet
         s.stats["ok_requests"], s.stats["ok_choices"]
 
 Faults are consumed one per chat request, in order; an empty queue serves normally. `fault_fn`
-may instead decide per request (return a fault string or None).
+may instead decide per request (return a fault string or None). Fault strings:
+
+    500 | 502 | 503            that HTTP status with a JSON error body
+    429[:retry_after=S]        rate limited, optionally with `Retry-After: S` (seconds)
+    429:retry_after_date=S     ... with Retry-After as an HTTP date S seconds from now
+    hang[:S]                   no answer for S seconds (default hang_s; cut short by stop())
+    reset                      200 + headers promising a body, then the connection is closed
+    garbage                    200 with a truncated JSON body
+    fewer                      one choice fewer than asked
+    length                     every choice ends with finish_reason "length"
+    context_length             HTTP 400 "maximum context length" (deterministic: never retry)
+
+`api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
+`echo_key=True` the 401 body quotes the key it got, like some providers do). `request_times`
+holds the monotonic arrival time of every chat request (to check backoff and Retry-After).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import email.utils
 import json
 import socket
 import threading
@@ -38,13 +54,17 @@ class FakeOpenAI:
     def __init__(self, answer: AnswerFn = _default_answer, model: str = "fake-model",
                  host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0,
                  hang_s: float = 3600.0, fault_fn: Callable[[dict], str | None] | None = None,
-                 return_token_ids: bool = True):
+                 return_token_ids: bool = True, api_key: str | None = None,
+                 echo_key: bool = False):
         self.answer, self.model, self.host, self.port = answer, model, host, port
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
+        self.api_key, self.echo_key = api_key, echo_key
         self.faults: deque[str] = deque()
         self.stats: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
+        self.request_times: list[float] = []  # time.monotonic() at each chat request
+        self._closing: asyncio.Event | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -70,11 +90,12 @@ class FakeOpenAI:
     def _serve(self, ready: threading.Event) -> None:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
+        self._closing = asyncio.Event()
         app = web.Application()
         app.router.add_get("/health", lambda r: web.Response(text="ok"))
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         self._loop.run_until_complete(site.start())
@@ -84,6 +105,8 @@ class FakeOpenAI:
     def stop(self) -> None:
         if self._loop is None:
             return
+        # hanging handlers end now instead of holding the shutdown
+        self._loop.call_soon_threadsafe(self._closing.set)
         fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
         fut.result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -98,7 +121,23 @@ class FakeOpenAI:
         self.stop()
 
     # --- handlers --------------------------------------------------------------------------
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        got = request.headers.get("Authorization", "")
+        if got == f"Bearer {self.api_key}":
+            with self._lock:
+                self.stats["auth_ok"] += 1
+            return None
+        with self._lock:
+            self.stats["auth_failed"] += 1
+        quoted = f": {got.removeprefix('Bearer ')!r}" if self.echo_key else ""
+        return web.json_response({"error": {"message": f"Incorrect API key provided{quoted}"}},
+                                 status=401)
+
     async def _models(self, request: web.Request) -> web.Response:
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
         return web.json_response({"object": "list",
                                   "data": [{"id": self.model, "object": "model"}]})
 
@@ -112,7 +151,10 @@ class FakeOpenAI:
         body = await request.json()
         with self._lock:
             self.requests.append(body)
+            self.request_times.append(time.monotonic())
             self.stats["requests"] += 1
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         fault = self._next_fault(body)
@@ -163,13 +205,18 @@ class FakeOpenAI:
             headers = {}
             if arg.startswith("retry_after="):
                 headers["Retry-After"] = arg.split("=", 1)[1]
+            elif arg.startswith("retry_after_date="):
+                when = time.time() + float(arg.split("=", 1)[1])
+                headers["Retry-After"] = email.utils.formatdate(when, usegmt=True)
             return web.json_response({"error": {"message": "rate limited"}}, status=429,
                                      headers=headers)
         if kind == "context_length":
             return web.json_response({"error": {"message": "This model's maximum context "
                                                 "length is 2048 tokens"}}, status=400)
         if kind == "hang":
-            await asyncio.sleep(float(arg) if arg else self.hang_s)
+            # the hang ends after its time (or at stop()); nobody is waiting for the answer
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), float(arg) if arg else self.hang_s)
             return web.json_response({"error": {"message": "hung"}}, status=500)
         if kind == "garbage":
             return web.Response(text='{"choices": [ {"mess', content_type="application/json")
