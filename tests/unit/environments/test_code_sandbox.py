@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from env_helpers import run
 
 from rewardprof.environments import make_environment
+
+from .env_helpers import run
 
 IS_ROOT = os.geteuid() == 0
 TESTS = {"tests": [{"input": "2\n", "output": "4\n"}], "prompt": "Double the input."}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from env_helpers import run
 
 from rewardprof.config import GeneratorSource
 from rewardprof.environments import RowError, get_environment_class, make_environment
 from rewardprof.generators import GeneratorError, generate_rows
+
+from .env_helpers import run
 
 
 def spec(**kw) -> GeneratorSource:

@@ -7,10 +7,11 @@ import email.utils
 import time
 
 import pytest
-from env_helpers import FakeJudge, load_cases, run
 
 from rewardprof.environments import make_environment
 from rewardprof.environments.llm_judge import _retry_after_s
+
+from .env_helpers import FakeJudge, load_cases, run
 
 ROW = load_cases("llm_judge")[0]["row"]
 FAST = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05}
