@@ -13,12 +13,12 @@
   exit, on an exception, on SIGTERM to the job (turned into SystemExit so `finally` runs), and the
   server gets SIGTERM from the kernel if the job process dies without cleaning up (PDEATHSIG).
 - If the server dies while the client runs, a watchdog thread interrupts the main thread and the
-  session raises EngineError with the server's last log lines.
+  session raises EngineError with the server's last log lines (the main thread gets SIGINT,
+  so it is woken from a blocking call and asyncio.run cancels its task).
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import ctypes
 import json
@@ -98,8 +98,10 @@ def free_port(host: str) -> int:
 
 
 def port_is_free(host: str, port: int) -> bool:
+    """No one listens there (connections in TIME_WAIT don't count, as for vLLM's own bind)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -166,7 +168,7 @@ class VLLMServer:
                 "--model", model, "--served-model-name", self.cfg.model_name, self.token,
                 "--host", self.cfg.engine.host, "--port", str(port),
                 *COMMON_ARGS, *(CPU_ARGS if cpu else []), *self.cfg.engine.serve_args]
-        env = {**os.environ, **COMMON_ENV, **(CPU_ENV if cpu else {}),
+        env = {"VLLM_HOST_IP": "127.0.0.1", **os.environ, **COMMON_ENV, **(CPU_ENV if cpu else {}),
                **self.cfg.engine.serve_env, TOKEN_ENV: self.token}
         return argv, env
 
@@ -272,7 +274,10 @@ class VLLMServer:
                     if not self._stopping.is_set():
                         self._died = rc
                         log.error("engine: vLLM server exited with code %s during the run", rc)
-                        _thread.interrupt_main()
+                        # A real SIGINT to the main thread: it also wakes a blocking call
+                        # (sleep, select in asyncio.run, which then cancels its main task);
+                        # _thread.interrupt_main() would wait for that call to return.
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                 return
             self._stopping.wait(1.0)
 

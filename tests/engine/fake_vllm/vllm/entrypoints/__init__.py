@@ -1,0 +1,1 @@
+"""Fake vLLM for lifecycle tests."""
