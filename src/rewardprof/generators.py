@@ -13,10 +13,10 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from rewardprof.config import GeneratorSource
+from rewardprof.config import ConfigError, GeneratorSource
 
 
-class GeneratorError(ValueError):
+class GeneratorError(ConfigError):
     """A generator spec that cannot produce tasks (unknown task, bad config)."""
 
 

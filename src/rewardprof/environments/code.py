@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
 from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
 from rewardprof.records import FailureKind
@@ -70,6 +71,10 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
 class CodeEnvironment(Environment):
     name = "code"
     failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        check_options(self.name, self.options, Limits.__dataclass_fields__)
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
     RowError,
@@ -96,6 +97,10 @@ class InstructionFollowingEnvironment(Environment):
     name = "instruction_following"
     required_fields = ("instruction_id_list",)
     failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        check_options(self.name, self.options, ["loose", "timeout_s"])
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rewardprof.config import ConfigError
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import Environment, Verdict, VerifyContext, extract_messages
 from rewardprof.records import FailureKind
 
@@ -51,6 +53,7 @@ VERDICT: CORRECT or VERDICT: INCORRECT"""
 DEFAULT_VERDICT_REGEX = r"VERDICT:\s*\**\s*(CORRECT|INCORRECT)"
 _THINK = re.compile(r"<think>.*?</think>", re.S)
 _FIELDS = {"question", "response", "reference", "rubric"}
+ENV_OPTIONS = ("prompt_template", "verdict_regex", "verdict_rewards", "score_max")
 
 
 class JudgeError(RuntimeError):
@@ -70,19 +73,27 @@ def _retry_after_s(value: str | None) -> float | None:
     return max(0.0, parsed.timestamp() - time.time())
 
 
-class JudgeClient:
-    """An OpenAI-compatible chat client for a judge: own session, concurrency, retries, cache."""
+CLIENT_OPTIONS = ("base_url", "model", "api_key_env", "concurrency", "max_attempts",
+                  "backoff_initial_s", "backoff_max_s", "request_timeout_s", "temperature",
+                  "max_tokens", "cache_dir")
 
-    def __init__(self, options: dict[str, Any]):
+
+class JudgeClient:
+    """An OpenAI-compatible chat client for a judge: own session, concurrency, retries, cache.
+
+    Options are checked when it is made (at materialize); the session is made on first use.
+    """
+
+    def __init__(self, options: dict[str, Any], extra_options: tuple[str, ...] = ()):
+        check_options("llm judge", options, CLIENT_OPTIONS + extra_options)
         for key in ("base_url", "model"):
             if not options.get(key):
-                raise ValueError(f"llm judge: option {key!r} is required")
+                raise ConfigError(f"llm judge: option {key!r} is required")
+        if not str(options["base_url"]).startswith(("http://", "https://")):
+            raise ConfigError("llm judge: base_url must start with http:// or https://")
         self.url = str(options["base_url"]).rstrip("/") + "/chat/completions"
         self.model = str(options["model"])
-        key_env = options.get("api_key_env")
-        self.api_key = os.environ.get(key_env) if key_env else None
-        if key_env and not self.api_key:
-            raise ValueError(f"llm judge: environment variable {key_env} is not set")
+        self.api_key_env = options.get("api_key_env")
         self.concurrency = int(options.get("concurrency", 4))
         self.max_attempts = int(options.get("max_attempts", 5))
         self.backoff_initial_s = float(options.get("backoff_initial_s", 1.0))
@@ -125,7 +136,11 @@ class JudgeClient:
         import aiohttp
 
         if self._session is None:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
+            if self.api_key_env and not api_key:
+                raise JudgeError(f"environment variable {self.api_key_env} (the judge's API "
+                                 "key) is not set")
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
             self._session = aiohttp.ClientSession(
                 headers=headers, timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
                 connector=aiohttp.TCPConnector(limit=self.concurrency))
@@ -200,21 +215,22 @@ class LLMJudgeEnvironment(Environment):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
+        self._judge = JudgeClient(self.options, ENV_OPTIONS)
         self.template = str(self.options.get("prompt_template", DEFAULT_TEMPLATE))
         used = {f for _, f, _, _ in string.Formatter().parse(self.template) if f}
         if used - _FIELDS:
-            raise ValueError(f"llm_judge prompt_template: unknown fields {sorted(used - _FIELDS)}"
-                             f"; available: {sorted(_FIELDS)}")
-        self.verdict_re = re.compile(self.options.get("verdict_regex", DEFAULT_VERDICT_REGEX))
+            raise ConfigError(f"llm_judge prompt_template: unknown fields "
+                              f"{sorted(used - _FIELDS)}; available: {sorted(_FIELDS)}")
+        try:
+            self.verdict_re = re.compile(self.options.get("verdict_regex", DEFAULT_VERDICT_REGEX))
+        except re.error as exc:
+            raise ConfigError(f"llm_judge verdict_regex: {exc}") from None
         self.rewards = dict(self.options.get("verdict_rewards",
                                              {"CORRECT": 1.0, "INCORRECT": 0.0}))
         self.score_max = float(self.options.get("score_max", 1.0))
-        self._judge: JudgeClient | None = None
 
     @property
     def judge(self) -> JudgeClient:
-        if self._judge is None:
-            self._judge = JudgeClient(self.options)
         return self._judge
 
     def check_row(self, row: dict[str, Any]) -> None:
@@ -247,5 +263,4 @@ class LLMJudgeEnvironment(Environment):
         return Verdict(reward, extras={"judge_reply_tail": reply[-300:]})
 
     async def aclose(self) -> None:
-        if self._judge is not None:
-            await self._judge.aclose()
+        await self._judge.aclose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext
 from rewardprof.records import FailureKind
 
@@ -82,7 +83,12 @@ class MathEnvironment(Environment):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
+        check_options(self.name, self.options, ["timeout_s", "judge"])
         self._judge: Any = None
+        if self.options.get("judge"):
+            from rewardprof.environments.llm_judge import JudgeClient
+
+            self._judge = JudgeClient(dict(self.options["judge"]))  # validated now, used lazily
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -118,10 +124,8 @@ class MathEnvironment(Environment):
         return Verdict(1.0 if same else 0.0, extras={"extracted": answer})
 
     async def _judge_fallback(self, row: dict[str, Any], expected: str, answer: str) -> Verdict:
-        from rewardprof.environments.llm_judge import JudgeClient, JudgeError, parse_verdict
+        from rewardprof.environments.llm_judge import JudgeError, parse_verdict
 
-        if self._judge is None:
-            self._judge = JudgeClient(dict(self.options["judge"]))
         text = JUDGE_TEMPLATE.format(question=row.get("problem", row.get("question", "")),
                                      expected=expected, answer=answer)
         try:

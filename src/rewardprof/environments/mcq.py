@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
 from rewardprof.environments.math import last_boxed
 
@@ -111,6 +112,10 @@ def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None
 class MCQEnvironment(Environment):
     name = "mcq"
     required_fields = ("expected_answer",)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        check_options(self.name, self.options, [])
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -16,6 +16,7 @@ import re
 from functools import cache
 from typing import Any
 
+from rewardprof.environments._options import check_options
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext
 from rewardprof.environments.math import last_boxed
 from rewardprof.records import FailureKind
@@ -68,6 +69,10 @@ class ReasoningGymEnvironment(Environment):
     name = "reasoning_gym"
     required_fields = ("question",)
     failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        check_options(self.name, self.options, ["timeout_s"])
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

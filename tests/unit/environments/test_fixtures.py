@@ -53,7 +53,8 @@ async def _verify(env_name: str, case: dict, ctx) -> object:
 @pytest.mark.parametrize(("env_name", "case"), CASES,
                          ids=[f"{e}-{c['case']}" for e, c in CASES])
 def test_case(env_name, case, ctx):
-    env = make_environment(env_name)
+    unused_judge = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
+    env = make_environment(env_name, unused_judge if env_name == "llm_judge" else None)
     env.check_row(case["row"])  # the checked-in row is valid for its environment
     messages = env.prompt(case["row"])
     assert messages and messages[-1]["role"] == "user" and messages[-1]["content"]

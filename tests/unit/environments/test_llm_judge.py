@@ -175,3 +175,32 @@ def test_math_judge_garbage_is_a_judge_error(ctx):
     judge = FakeJudge(default="Hmm, hard to say.")
     v = run(math_judged(judge, "\\boxed{three quarters}", ctx))
     assert v.status == "judge_error" and v.reward is None
+
+
+@pytest.mark.parametrize(("env", "options", "message"), [
+    ("llm_judge", {"model": "j"}, "'base_url' is required"),
+    ("llm_judge", {"base_url": "127.0.0.1:8000", "model": "j"}, "http"),
+    ("llm_judge", {"base_url": "http://x/v1", "model": "j", "concurency": 2},
+     "did you mean concurrency"),
+    ("llm_judge", {"base_url": "http://x/v1", "model": "j", "verdict_regex": "("}, "regex"),
+    ("math", {"judge": {"base_url": "http://x/v1"}}, "'model' is required"),
+    ("math", {"timeout": 3}, "did you mean timeout_s"),
+    ("code", {"memory": 64}, "did you mean memory_mb"),
+    ("mcq", {"anything": 1}, "unknown option"),
+])
+def test_bad_options_fail_when_the_environment_is_made(env, options, message):
+    from rewardprof.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        make_environment(env, options)
+
+
+def test_missing_api_key_is_a_judge_error(monkeypatch):
+    monkeypatch.delenv("REWARDPROF_TEST_JUDGE_KEY", raising=False)
+    judge = FakeJudge()
+    (verdict,), _ = run(judged(judge, ["x"], api_key_env="REWARDPROF_TEST_JUDGE_KEY"))
+    assert verdict.status == "judge_error" and "REWARDPROF_TEST_JUDGE_KEY" in verdict.detail
+    assert judge.requests == []
+    monkeypatch.setenv("REWARDPROF_TEST_JUDGE_KEY", "sk-test")
+    (verdict,), _ = run(judged(judge, ["x"], api_key_env="REWARDPROF_TEST_JUDGE_KEY"))
+    assert verdict.reward == 1.0
