@@ -2,7 +2,9 @@
 
 Rewards are over ok rollouts only; failures are counted by kind (`num_failed/<kind>`) and never
 enter a mean as 0. A rollout passes when reward >= profile.pass_threshold. Token statistics are
-over every rollout that produced a completion.
+over every rollout that produced a completion. Every column is computed with whole-array
+operations keyed by task position (np.bincount, one pandas groupby for min/max/median), so a
+sweep of millions of rollouts profiles in seconds; docs/profile.md defines each column.
 """
 
 from __future__ import annotations
@@ -15,158 +17,141 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.atomic import atomic_path, write_json_atomic
 from rewardprof.config import Config
+from rewardprof.jsonl import write_table_jsonl
+from rewardprof.profile_summary import format_table, label_summary, overall_summary
 from rewardprof.records import OK
-from rewardprof.stats import beta_interval, grpo_signal, pass_at_k, wilson_interval
+from rewardprof.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 
 _ROLLOUT_COLS = ["task_index", "rollout_index", "status", "reward", "finish_reason",
                  "completion_tokens"]
+_TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
 
 
-def _describe(series_group, prefix: str) -> pd.DataFrame:
-    out = pd.DataFrame({
-        f"mean/{prefix}": series_group.mean(),
-        f"std/{prefix}": series_group.std(ddof=0),
-        f"min/{prefix}": series_group.min(),
-        f"max/{prefix}": series_group.max(),
-        f"median/{prefix}": series_group.median(),
-    })
-    return out
+def _positions(tasks: pd.DataFrame, task_index: np.ndarray) -> np.ndarray:
+    """Row position of each rollout's task in `tasks` (-1 when the task is not there)."""
+    ti = tasks["task_index"].to_numpy()
+    if len(ti) and ti[0] == 0 and ti[-1] == len(ti) - 1 and (np.diff(ti) == 1).all():
+        pos = task_index.astype(np.int64)
+        pos[(pos < 0) | (pos >= len(ti))] = -1
+        return pos
+    return pd.Index(ti).get_indexer(task_index)
+
+
+def _describe(pos: np.ndarray, values: np.ndarray, num_tasks: int, name: str) -> dict[str, Any]:
+    """mean/std (population)/min/max/median of `values` per task position; NaN for none."""
+    count = np.bincount(pos, minlength=num_tasks).astype(float)
+    total = np.bincount(pos, weights=values, minlength=num_tasks)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+        # second pass on deviations: no cancellation from sum-of-squares
+        dev = values - mean[pos]
+        var = np.bincount(pos, weights=dev * dev, minlength=num_tasks) / count
+    agg = (pd.Series(values).groupby(pos).agg(["min", "max", "median"])
+           .reindex(range(num_tasks)))
+    return {f"mean/{name}": mean, f"std/{name}": np.sqrt(var),
+            f"min/{name}": agg["min"].to_numpy(), f"max/{name}": agg["max"].to_numpy(),
+            f"median/{name}": agg["median"].to_numpy()}
+
+
+def _reward_value_signal(pos: np.ndarray, reward: np.ndarray, n_ok: np.ndarray,
+                         group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(1 - sum_v q_v^G, number of distinct reward values) per task; see stats.py."""
+    num_tasks = len(n_ok)
+    if not len(pos):
+        return np.full(num_tasks, np.nan), np.zeros(num_tasks, dtype=np.int64)
+    counts = (pd.DataFrame({"pos": pos, "v": np.round(reward, 9)})
+              .groupby(["pos", "v"], sort=False).size())
+    p_of = counts.index.get_level_values("pos").to_numpy()
+    q = counts.to_numpy() / n_ok[p_of]
+    same = np.bincount(p_of, weights=q ** group_size, minlength=num_tasks)
+    distinct = np.bincount(p_of, minlength=num_tasks)
+    return np.where(n_ok > 0, 1.0 - same, np.nan), distinct
 
 
 def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
     p = cfg.profile
-    ok = rollouts[rollouts["status"] == OK]
-    prof = tasks[["task_index", "task_id", "label", "environment", "num_repeats"]].copy()
-    prof = prof.set_index("task_index")
-    prof = prof.join(_describe(ok.groupby("task_index")["reward"], "reward"))
-    with_text = rollouts[rollouts["completion_tokens"].notna()]
-    prof = prof.join(_describe(with_text.groupby("task_index")["completion_tokens"],
-                               "output_tokens"))
-    present = rollouts.groupby("task_index").size()
-    prof["num_rollouts"] = ok.groupby("task_index").size().reindex(prof.index, fill_value=0)
-    prof["expected_num_rollouts"] = prof.pop("num_repeats")
-    prof["missing_num_rollouts"] = (prof["expected_num_rollouts"]
-                                    - present.reindex(prof.index, fill_value=0))
-    failed = rollouts[rollouts["status"] != OK]
-    prof["num_failed"] = failed.groupby("task_index").size().reindex(prof.index, fill_value=0)
-    if len(failed):
-        kinds = failed.groupby(["task_index", "status"]).size().unstack(fill_value=0)
-        for kind in kinds.columns:
-            prof[f"num_failed/{kind}"] = kinds[kind].reindex(prof.index, fill_value=0)
-    truncated = rollouts["finish_reason"] == "length"
-    prof["num_truncated"] = (rollouts[truncated].groupby("task_index").size()
-                             .reindex(prof.index, fill_value=0))
-    passed = ok[ok["reward"] >= p.pass_threshold]
-    prof["num_passed"] = passed.groupby("task_index").size().reindex(prof.index, fill_value=0)
+    T = len(tasks)
+    pos_all = _positions(tasks, rollouts["task_index"].to_numpy())
+    known = pos_all >= 0
+    r = rollouts[known]
+    pos = pos_all[known]
+    status = r["status"].to_numpy()
+    reward = r["reward"].to_numpy(dtype=float, na_value=np.nan)
+    ok = (status == OK) & ~np.isnan(reward)
+    truncated = (r["finish_reason"] == "length").to_numpy()
+    tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
+    has_tokens = ~np.isnan(tokens)
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(pos[mask], minlength=T)
+
+    cols: dict[str, Any] = {c: tasks[c].to_numpy() for c in
+                            ("task_index", "task_id", "label", "environment")}
+    cols.update(_describe(pos[ok], reward[ok], T, "reward"))
+    cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
+    n = count(ok)
+    expected = tasks["num_repeats"].to_numpy().astype(np.int64)
+    cols["num_rollouts"] = n
+    cols["expected_num_rollouts"] = expected
+    cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
+    failed = status != OK
+    cols["num_failed"] = count(failed)
+    for kind in sorted(set(status[failed].tolist())):
+        cols[f"num_failed/{kind}"] = count(status == kind)
+    cols["num_truncated"] = count(truncated)
+    passed = ok & (reward >= p.pass_threshold)
+    c = count(passed)
+    cols["num_passed"] = c
     # pass rates with and without truncated rollouts (a truncated answer is rarely right)
-    ok_full = ok[ok["finish_reason"] != "length"]
-    n_full = ok_full.groupby("task_index").size().reindex(prof.index, fill_value=0)
-    c_full = (ok_full[ok_full["reward"] >= p.pass_threshold].groupby("task_index").size()
-              .reindex(prof.index, fill_value=0))
-    n = prof["num_rollouts"].to_numpy()
-    c = prof["num_passed"].to_numpy()
+    n_full, c_full = count(ok & ~truncated), count(passed & ~truncated)
     with np.errstate(invalid="ignore", divide="ignore"):
-        prof["pass_rate"] = np.where(n > 0, c / np.maximum(n, 1), np.nan)
-        prof["pass_rate_excl_truncated"] = np.where(n_full > 0, c_full / np.maximum(n_full, 1),
+        rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
+        cols["pass_rate"] = rate
+        cols["pass_rate_excl_truncated"] = np.where(n_full > 0, c_full / np.maximum(n_full, 1),
                                                     np.nan)
     for k in p.pass_at_k:
-        prof[f"pass@{k}"] = [pass_at_k(int(a), int(b), k) for a, b in zip(n, c, strict=True)]
-    interval = wilson_interval if p.ci_method == "wilson" else beta_interval
-    bounds = [interval(int(b), int(a), p.ci_level) or (None, None)
-              for a, b in zip(n, c, strict=True)]
-    prof["pass_rate_ci_low"] = [b[0] for b in bounds]
-    prof["pass_rate_ci_high"] = [b[1] for b in bounds]
-    prof["grpo_signal"] = [grpo_signal(None if np.isnan(x) else float(x), p.group_size)
-                           for x in prof["pass_rate"]]
-    prof["sample"] = tasks.set_index("task_index")["row"]
-    return prof.reset_index()
+        cols[f"pass@{k}"] = pass_at_k_array(n, c, k)
+    lo, hi = interval_arrays(c, n, p.ci_level, p.ci_method)
+    cols["pass_rate_ci_low"], cols["pass_rate_ci_high"] = lo, hi
+    signal, distinct = _reward_value_signal(pos[ok], reward[ok], n, p.group_size)
+    cols["grpo_signal"] = signal
+    cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
+    cols["num_distinct_rewards"] = distinct
+    cols["sample"] = tasks["row"].to_numpy()
+    return pd.DataFrame(cols)
 
 
-def label_summary(prof: pd.DataFrame, report: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for e in report["entries"]:
-        part = prof[(prof["task_index"] >= e["start"]) & (prof["task_index"] < e["end"])]
-        expected = int(part["expected_num_rollouts"].sum())
-        rate = part["pass_rate"]
-        rows.append({
-            "label": e["label"],
-            "environment": e["environment"],
-            "tasks": len(part),
-            "rollouts": int(part["num_rollouts"].sum()),
-            "expected_rollouts": expected,
-            "failed": int(part["num_failed"].sum()),
-            "truncated": int(part["num_truncated"].sum()),
-            "mean_reward": _f(part["mean/reward"].mean()),
-            "mean_pass_rate": _f(rate.mean()),
-            "share_pass_rate_0": _f((rate == 0).mean()) if len(part) else None,
-            "share_pass_rate_1": _f((rate == 1).mean()) if len(part) else None,
-            "mean_grpo_signal": _f(part["grpo_signal"].astype(float).mean()),
-            "mean_output_tokens": _f(part["mean/output_tokens"].mean()),
-            "failure_rate": _f(part["num_failed"].sum() / expected) if expected else None,
-            "truncation_rate": _f(part["num_truncated"].sum() / expected) if expected else None,
-        })
-    return rows
-
-
-def _f(x: Any) -> float | None:
-    return None if x is None or pd.isna(x) else round(float(x), 6)
-
-
-def _table(rows: list[dict[str, Any]]) -> str:
-    cols = ["label", "environment", "tasks", "rollouts", "failed", "truncated",
-            "mean_reward", "mean_pass_rate", "share_pass_rate_0", "share_pass_rate_1"]
-    body = [[("-" if r[c] is None else f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))
-             for c in cols] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
-    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(b) for b in body])
+def read_inputs(tasks_path: str | Path, rollouts_path: str | Path
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tasks = pq.read_table(tasks_path, columns=_TASK_COLS).to_pandas()
+    rollouts = pq.read_table(rollouts_path, columns=_ROLLOUT_COLS).to_pandas()
+    return tasks, rollouts
 
 
 def write_profile(cfg: Config, tasks_path: str | Path, rollouts_path: str | Path,
                   report_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
     out = Path(out_dir)
-    tasks = pq.read_table(tasks_path, columns=["task_index", "task_id", "label", "environment",
-                                               "num_repeats", "row"]).to_pandas()
-    rollouts = pq.read_table(rollouts_path, columns=_ROLLOUT_COLS).to_pandas()
+    tasks, rollouts = read_inputs(tasks_path, rollouts_path)
     report = json.loads(Path(report_path).read_text())
     prof = task_profile(cfg, tasks, rollouts)
     table = pa.Table.from_pandas(prof, preserve_index=False)
     with atomic_path(out / "tasks.parquet") as tmp:
         pq.write_table(table, tmp, compression="zstd")
-    with atomic_path(out / "tasks.jsonl") as tmp, tmp.open("w", encoding="utf-8") as f:
-        records = prof.drop(columns="sample").to_dict(orient="records")
-        for rec, sample in zip(records, prof["sample"], strict=True):
-            rec = {k: (None if isinstance(v, float) and np.isnan(v) else v)
-                   for k, v in rec.items()}
-            # `sample` is already canonical JSON text: embed it as an object, not a string
-            f.write(json.dumps(rec, default=_json_default)[:-1] + ', "sample": ' + sample + "}\n")
+    write_table_jsonl(table, out / "tasks.jsonl", raw=("sample",))
     for e in report["entries"]:
-        part = table.filter(pa.compute.and_(
-            pa.compute.greater_equal(table["task_index"], e["start"]),
-            pa.compute.less(table["task_index"], e["end"])))
+        part = table.filter(pc.and_(pc.greater_equal(table["task_index"], e["start"]),
+                                    pc.less(table["task_index"], e["end"])))
         with atomic_path(out / "by_label" / f"{e['label']}.parquet") as tmp:
             pq.write_table(part, tmp, compression="zstd")
-    labels = label_summary(prof, report)
-    summary = {"run": cfg.run, "num_tasks": len(prof), "labels": labels,
-               "overall": {
-                   "rollouts": int(prof["num_rollouts"].sum()),
-                   "expected_rollouts": int(prof["expected_num_rollouts"].sum()),
-                   "failed": int(prof["num_failed"].sum()),
-                   "mean_reward": _f(prof["mean/reward"].mean()),
-                   "mean_pass_rate": _f(prof["pass_rate"].mean()),
-               }}
+    labels = label_summary(prof.drop(columns="sample"), report, rollouts)
+    summary = {"run": cfg.run, "num_tasks": len(prof),
+               "profile": cfg.profile.model_dump(mode="json"),
+               "labels": labels, "overall": overall_summary(prof)}
     write_json_atomic(out / "summary.json", summary)
-    print(_table(labels), file=sys.stdout, flush=True)
+    print(format_table(labels), file=sys.stdout, flush=True)
     return summary
-
-
-def _json_default(v: Any) -> Any:
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return None if np.isnan(v) else float(v)
-    return str(v)

@@ -1,0 +1,100 @@
+"""task_profile and the label summary on a hand-built run (every value computed by hand)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from rewardprof.config import validate_config
+from rewardprof.jsonl import write_table_jsonl
+from rewardprof.profile import task_profile
+from rewardprof.profile_summary import format_table, label_summary
+
+
+def _cfg(**profile):
+    return validate_config({"entries": [{"label": "a", "environment": "math", "source": "a"}],
+                            "profile": {"pass_at_k": [1, 2], "group_size": 2, **profile}})
+
+
+def _tasks(n=3):
+    return pd.DataFrame({"task_index": range(n), "task_id": [f"id{i}" for i in range(n)],
+                         "label": ["a", "a", "b"][:n], "environment": "math",
+                         "num_repeats": 4, "row": [json.dumps({"q": i}) for i in range(n)]})
+
+
+def _rollouts():
+    rows = [  # task, rollout, status, reward, finish_reason, tokens
+        (0, 0, "ok", 1.0, "stop", 10), (0, 1, "ok", 1.0, "stop", 20),
+        (0, 2, "ok", 0.0, "stop", 30), (0, 3, "ok", 0.0, "length", 100),
+        (1, 0, "ok", 1.0, "stop", 5), (1, 1, "ok", 1.0, "stop", 5),
+        (1, 2, "ok", 1.0, "stop", 5), (1, 3, "engine_error", None, None, None),
+        (2, 0, "ok", 0.5, "stop", 8), (2, 1, "ok", 0.5, "stop", 8),
+        (2, 2, "ok", 1.0, "stop", 8),  # task 2's 4th rollout is missing
+    ]
+    df = pd.DataFrame(rows, columns=["task_index", "rollout_index", "status", "reward",
+                                     "finish_reason", "completion_tokens"])
+    df["completion_tokens"] = df["completion_tokens"].astype("Int32")
+    return df
+
+
+def test_task_profile_by_hand():
+    prof = task_profile(_cfg(), _tasks(), _rollouts()).set_index("task_index")
+    t0, t1, t2 = prof.loc[0], prof.loc[1], prof.loc[2]
+    assert (t0["num_rollouts"], t0["num_passed"], t0["pass_rate"]) == (4, 2, 0.5)
+    assert t0["pass_rate_excl_truncated"] == pytest.approx(2 / 3)  # [1, 1, 0]
+    assert t0["pass@2"] == pytest.approx(1 - 1 / 6)  # 1 - C(2,2)/C(4,2)
+    assert t0["grpo_signal"] == pytest.approx(0.5)  # 1 - 0.5^2 - 0.5^2
+    assert t0["std/reward"] == 0.5 and t0["median/reward"] == 0.5
+    assert t0["num_truncated"] == 1
+    assert t0["mean/output_tokens"] == 40 and t0["max/output_tokens"] == 100
+    assert t1["num_failed"] == 1 and t1["num_failed/engine_error"] == 1
+    assert t1["num_rollouts"] == 3 and t1["pass_rate"] == 1.0 and t1["grpo_signal"] == 0.0
+    assert t1["missing_num_rollouts"] == 0 and t1["pass@2"] == 1.0
+    # partial credit: rewards .5, .5, 1 with threshold 1 -> 1 pass of 3
+    assert t2["pass_rate"] == pytest.approx(1 / 3) and t2["missing_num_rollouts"] == 1
+    assert t2["grpo_signal"] == pytest.approx(1 - (2 / 3) ** 2 - (1 / 3) ** 2)
+    assert t2["grpo_signal_pass"] == pytest.approx(1 - (1 / 3) ** 2 - (2 / 3) ** 2)
+    assert t2["num_distinct_rewards"] == 2
+    assert t2["mean/reward"] == pytest.approx(2 / 3)
+    # Wilson bounds bracket the rate; 4/4-style ties clip at 1
+    assert prof["pass_rate_ci_low"].le(prof["pass_rate"]).all()
+    assert t1["pass_rate_ci_high"] == 1.0
+
+
+def test_threshold_changes_what_passes():
+    prof = task_profile(_cfg(pass_threshold=0.5), _tasks(), _rollouts()).set_index("task_index")
+    assert prof.loc[2, "pass_rate"] == 1.0
+    assert prof.loc[2, "grpo_signal_pass"] == 0.0
+    assert prof.loc[2, "grpo_signal"] > 0  # the rewards still differ
+
+
+def test_task_without_rollouts_has_no_rates():
+    prof = task_profile(_cfg(ci_method="beta"), _tasks(), _rollouts()[lambda d: d.task_index < 2])
+    t2 = prof.set_index("task_index").loc[2]
+    assert t2["num_rollouts"] == 0 and t2["missing_num_rollouts"] == 4
+    assert np.isnan(t2["pass_rate"]) and np.isnan(t2["grpo_signal"])
+    assert np.isnan(t2["pass_rate_ci_low"]) and np.isnan(t2["pass@1"])
+
+
+def test_label_summary_splits_by_index_range(tmp_path):
+    prof = task_profile(_cfg(), _tasks(), _rollouts())
+    report = {"entries": [{"label": "a", "environment": "math", "start": 0, "end": 2},
+                          {"label": "b", "environment": "math", "start": 2, "end": 3}]}
+    a, b = label_summary(prof, report, _rollouts())
+    assert (a["tasks"], a["rollouts"], a["expected_rollouts"], a["failed"]) == (2, 7, 8, 1)
+    assert a["failed_by_kind"] == {"engine_error": 1}
+    assert a["share_pass_rate_1"] == 0.5 and a["share_pass_rate_0"] == 0.0
+    assert a["pass_rate_histogram"]["counts"][5] == 1  # 0.5 lands in [0.5, 0.6)
+    assert a["pass_rate_histogram"]["counts"][-1] == 1  # 1.0 in the closed last bin
+    assert a["output_tokens"]["max"] == 100 and a["output_tokens"]["total"] == 175
+    assert a["truncation_rate"] == pytest.approx(1 / 8)
+    assert b["missing_rollouts"] == 1 and b["share_useful"] == 1.0
+    assert "mean_pass_rate" in format_table([a, b])
+    write_table_jsonl(pa.Table.from_pandas(prof), tmp_path / "t.jsonl", raw=("sample",))
+    recs = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert recs[0]["sample"] == {"q": 0} and recs[0]["pass@2"] == pytest.approx(5 / 6)
+    assert recs[0]["mean/reward"] == 0.5
