@@ -181,6 +181,40 @@ class Profile(_Strict):
     )
 
 
+class Export(_Strict):
+    """The filtered, re-weighted training set (results/<run>/export/); see docs/profile.md."""
+
+    pass_rate_column: Literal["pass_rate", "pass_rate_excl_truncated"] = Field(
+        "pass_rate", description="Which pass rate the keep rules below look at."
+    )
+    drop_all_fail: bool = Field(
+        True, description="Drop tasks with pass rate 0 (no GRPO signal: every group all-fail)."
+    )
+    drop_all_pass: bool = Field(
+        True, description="Drop tasks with pass rate 1 (no GRPO signal: every group all-pass)."
+    )
+    min_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks with pass rate >= this (null: no lower bound)."
+    )
+    max_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks with pass rate <= this (null: no upper bound)."
+    )
+    min_grpo_signal: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks whose grpo_signal (at profile.group_size) >= this."
+    )
+    min_rollouts: Annotated[int, Field(ge=1)] = Field(
+        1, description="Drop tasks with fewer scored (ok) rollouts than this."
+    )
+    target_share: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="label -> share of the combined export's total weight; every label must be "
+        "listed (0 leaves one out). Empty: every kept task has weight 1.",
+    )
+    profile_key: str = Field(
+        "reward_profile", description="Key under which the profile fields are attached to a row."
+    )
+
+
 class Config(_Strict):
     run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
     num_shards: Annotated[int, Field(gt=0)] = Field(
@@ -191,6 +225,7 @@ class Config(_Strict):
     engine: Engine = Field(default_factory=Engine, description="See below.")
     rollout: Rollout = Field(default_factory=Rollout, description="See below.")
     profile: Profile = Field(default_factory=Profile, description="See below.")
+    export: Export = Field(default_factory=Export, description="See below.")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -201,6 +236,20 @@ class Config(_Strict):
             seen.add(e.label)
         if self.engine.mode == "endpoint" and not self.engine.base_url:
             raise ValueError("engine.base_url: required when engine.mode is 'endpoint'")
+        share = self.export.target_share
+        if share:
+            unknown = sorted(set(share) - seen)
+            if unknown:
+                raise ValueError(f"export.target_share: unknown label(s) {', '.join(unknown)}")
+            missing = [lbl for lbl in seen if lbl not in share]
+            if missing:
+                raise ValueError(f"export.target_share: missing label(s) {', '.join(missing)} "
+                                 f"(give 0 to leave a label out)")
+            if sum(share.values()) <= 0:
+                raise ValueError("export.target_share: the shares must not all be 0")
+        lo, hi = self.export.min_pass_rate, self.export.max_pass_rate
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError("export.min_pass_rate: greater than export.max_pass_rate")
         return self
 
     @property

@@ -9,7 +9,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rewardprof.config import Config, Engine, Entry, GeneratorSource, Profile, Rollout, Sampling
+from rewardprof.config import (
+    Config,
+    Engine,
+    Entry,
+    Export,
+    GeneratorSource,
+    Profile,
+    Rollout,
+    Sampling,
+)
 
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("top level", Config, "The run as a whole."),
@@ -20,6 +29,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("engine", Engine, "Where rollouts are generated (docs/engine.md)."),
     ("rollout", Rollout, "The rollout client: concurrency, timeouts, retries, journal."),
     ("profile", Profile, "Statistics of the profile stage."),
+    ("export", Export, "The filtered, re-weighted training set (docs/profile.md)."),
 ]
 
 
