@@ -102,6 +102,10 @@ class InstructionFollowingEnvironment(Environment):
         super().__init__(options)
         check_options(self.name, self.options, ["loose", "timeout_s"])
 
+    def warm(self) -> None:
+        """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
+        _registries()
+
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
         ids = row["instruction_id_list"]

@@ -90,6 +90,10 @@ class MathEnvironment(Environment):
 
             self._judge = JudgeClient(dict(self.options["judge"]))  # validated now, used lazily
 
+    def warm(self) -> None:
+        """Import math-verify now, e.g. before a fork-based pool starts."""
+        import math_verify  # noqa: F401
+
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
         if not any(k in row for k in ("responses_create_params", "messages", "prompt", "problem",

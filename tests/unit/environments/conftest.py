@@ -5,20 +5,15 @@ from __future__ import annotations
 import pebble
 import pytest
 
-from rewardprof.environments import VerifyContext
+from rewardprof.environments import VerifyContext, make_environment
 
 
 @pytest.fixture(scope="session")
 def pool():
     # Import the verifier libraries once, before the workers fork, so that each worker does not
     # pay for them again (reasoning-gym ~3 s, if-verifiable ~3 s, math-verify ~1 s of CPU).
-    import math_verify  # noqa: F401
-
-    from rewardprof.environments.instruction_following import _registries
-    from rewardprof.environments.reasoning_gym import _scorer
-
-    _registries()
-    _scorer("basic_arithmetic")
+    for name in ("math", "reasoning_gym", "instruction_following"):
+        make_environment(name).warm()
     with pebble.ProcessPool(max_workers=2) as p:
         yield p
         p.stop()
