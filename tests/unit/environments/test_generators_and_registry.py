@@ -118,3 +118,20 @@ def test_missing_nltk_data_is_a_verifier_error_naming_it(ctx):
         assert "punkt_tab" in v.detail
     else:  # the data is installed on this machine: the check simply runs
         assert (v.status, v.reward) == ("ok", 1.0), v
+
+
+@pytest.mark.parametrize("env_name", ["math", "mcq", "instruction_following", "code",
+                                      "llm_judge"])
+def test_example_data_rows_are_valid_for_their_environment(env_name):
+    """data/examples/<env>.jsonl (used by the default and example configs) materializes."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "data" / "examples" / f"{env_name}.jsonl"
+    options = {"base_url": "http://127.0.0.1:9/v1", "model": "j"} if env_name == "llm_judge" \
+        else None
+    env = make_environment(env_name, options)
+    rows = [json.loads(line) for line in path.open()]
+    assert len(rows) >= 4
+    for row in rows:
+        env.check_row(row)
+        assert "responses_create_params" in row and env.prompt(row)[-1]["content"]
