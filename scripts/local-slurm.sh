@@ -15,6 +15,9 @@
 #     `--gpus=1` request from the profile is scheduled as it would be on a GPU cluster
 #     (jobs get no real GPU; set LOCAL_SLURM_GPUS=0 to advertise none)
 #   - one partition, LOCAL_SLURM_PARTITION (default "debug"), the default partition
+#   - LOCAL_SLURM_CPUS (default max(nproc, 4)) CPUs advertised, possibly more than the machine
+#     has: test jobs mostly wait on a fake server, and a 2-core CI machine must run a controller
+#     job and two shard jobs at once
 set -euo pipefail
 
 CONF_DIR=/etc/slurm
@@ -27,6 +30,9 @@ SLURMD_PID=$RUN_DIR/slurmd.pid
 MUNGE_RUN=/run/munge
 MUNGE_PID=$MUNGE_RUN/munged.pid
 GPUS=${LOCAL_SLURM_GPUS:-2}
+# CPUs the node advertises: at least 4, so that a test run's controller job, two rollout jobs and
+# a small job are scheduled side by side on a 2-core CI machine (they mostly wait on I/O)
+CPUS=${LOCAL_SLURM_CPUS:-$(( $(nproc) > 4 ? $(nproc) : 4 ))}
 PARTITION=${LOCAL_SLURM_PARTITION:-debug}
 WAIT_S=${LOCAL_SLURM_WAIT_S:-60}
 FAKE_GPU_DIR=/var/spool/slurmd/fake-gpus
@@ -57,11 +63,16 @@ install_packages() {
 node_line() {
   # NodeName=<host> CPUs=.. Boards=.. SocketsPerBoard=.. CoresPerSocket=.. ThreadsPerCore=..
   # RealMemory=..  (drop UpTime; keep 5% of memory for the OS and the daemons)
-  local line mem
+  local line mem hw
   line=$(slurmd -C | head -n1)
   mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$line")
-  line=$(sed 's/ RealMemory=[0-9]*//' <<<"$line")
-  echo "$line RealMemory=$((mem * 95 / 100))"
+  hw=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$line")
+  if ((CPUS > hw)); then
+    # advertise more CPUs than the machine has (slurmd accepts it with config_overrides)
+    echo "NodeName=$(hostname -s) CPUs=$CPUS RealMemory=$((mem * 95 / 100))"
+  else
+    echo "$(sed 's/ RealMemory=[0-9]*//' <<<"$line") RealMemory=$((mem * 95 / 100))"
+  fi
 }
 
 write_config() {
@@ -112,6 +123,7 @@ ReturnToService=2
 InactiveLimit=0
 KillWait=10
 SlurmdTimeout=60
+SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 $node NodeAddr=127.0.0.1$gres_line State=UNKNOWN
 PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP

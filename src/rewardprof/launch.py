@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class Controller:
 
     def __call__(self) -> int:
         self._proc: subprocess.Popen | None = None
+        self._exited: threading.Event | None = None
         env = self._environment()
         restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
         print(f"rewardprof controller: attempt {self.attempt}, Slurm restarts {restarts}, "
@@ -74,12 +76,19 @@ class Controller:
                             "--unlock"], cwd=self.workdir, env=env, check=False)
         cmd = self.command()
         print("rewardprof controller: " + " ".join(cmd), flush=True)
-        self._proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, preexec_fn=_ignore_usr2)
+        self._proc = proc = subprocess.Popen(cmd, cwd=self.workdir, env=env,
+                                             preexec_fn=_ignore_usr2)
+        # a thread reaps snakemake; the main thread stays free for the signal handlers (a
+        # handler interrupting Popen.wait() could never wait for the process itself)
+        self._exited = threading.Event()
+        threading.Thread(target=lambda: (proc.wait(), self._exited.set()), daemon=True).start()
         old_term = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
-            rc = self._proc.wait()
+            while not self._exited.wait(1.0):
+                pass
         finally:
             signal.signal(signal.SIGTERM, old_term)
+        rc = proc.returncode
         if rc != 0:
             raise ControllerFailed(f"snakemake exited with status {rc}")
         return rc
@@ -91,18 +100,13 @@ class Controller:
         self._interrupt(wait=False)
 
     def _interrupt(self, wait: bool = True) -> None:
-        proc = getattr(self, "_proc", None)
-        if proc is None or proc.poll() is not None:
+        proc, exited = getattr(self, "_proc", None), getattr(self, "_exited", None)
+        if proc is None or exited is None or exited.is_set():
             return
-        proc.send_signal(signal.SIGINT)
-        if not wait:
-            return
-        deadline = time.monotonic() + STOP_GRACE_S
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        os.kill(proc.pid, signal.SIGINT)  # the reaper thread owns proc: no Popen calls here
+        if wait and not exited.wait(STOP_GRACE_S):
+            os.kill(proc.pid, signal.SIGKILL)
+            exited.wait(30)
 
     def checkpoint(self, *args, **kwargs):
         """submitit calls this on timeout/preemption (USR2): stop Snakemake, requeue a fresh
@@ -118,6 +122,7 @@ class Controller:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_proc", None)
+        state.pop("_exited", None)
         return state
 
 
@@ -231,10 +236,44 @@ def _cmd_launch(args) -> int:
     if not args.wait:
         return 0
     try:
-        job.result()
+        wait_for(job, opts.cluster)
     except Exception as exc:  # submitit re-raises the controller's failure
+        lines = str(exc).strip().splitlines()
         print(f"rewardprof launch: controller job {job.job_id} failed: "
-              f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}")
+              f"{lines[-1] if lines else type(exc).__name__}", flush=True)
         return 1
-    print(f"rewardprof launch: controller job {job.job_id} finished")
+    print(f"rewardprof launch: controller job {job.job_id} finished", flush=True)
     return 0
+
+
+_ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+          "COMPLETING", "SUSPENDED", "PREEMPTED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+def slurm_state(job_id: str) -> str | None:
+    """The job's state from slurmctld (squeue keeps finished jobs for MinJobAge); None if gone.
+    Not sacct: clusters without accounting have none (submitit's own polling uses sacct)."""
+    r = subprocess.run(["squeue", "-h", "-j", str(job_id), "--states=all", "-o", "%T"],
+                       capture_output=True, text=True, timeout=60)
+    state = r.stdout.strip().splitlines()
+    return state[0].strip() if r.returncode == 0 and state else None
+
+
+def wait_for(job, cluster: str, poll_s: float = 2.0, grace_s: float = 15.0):
+    """Block until the controller finished; its result (raises the controller's error)."""
+    result = Path(job.paths.result_pickle)
+    ended_at = None
+    while not result.exists():
+        if cluster == "slurm":
+            state = slurm_state(job.job_id)
+            if state in _ALIVE:
+                ended_at = None
+            elif ended_at is None:
+                ended_at = time.monotonic()
+            elif time.monotonic() - ended_at > grace_s:
+                raise ControllerFailed(f"controller job {job.job_id} ended ({state or 'gone'}) "
+                                       f"without a result; see {job.paths.stdout}")
+        elif job.done():
+            break
+        time.sleep(poll_s)
+    return job.result()

@@ -1,0 +1,157 @@
+"""`rewardprof launch`: the Snakemake controller as a submitit job, requeued on timeout/preemption
+(USR2 -> checkpoint: Snakemake cancels its jobs; the requeued controller reruns with
+--rerun-incomplete and the rollouts continue from their journals)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+from conftest import endpoint_config, math_row, require_piece, write_config, write_jsonl
+from slurm_helpers import REPO, last_job_id, profile_args, slurm_available, slurm_jobs
+
+from rewardprof.rollout.journal import scan_journal
+from rewardprof.testing.fake_server import FakeOpenAI, scripted
+
+N_TASKS, K = 10, 4
+
+
+def _setup(tmp_path: Path, base_url: str) -> Path:
+    write_jsonl(tmp_path / "data" / "m.jsonl",
+                [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(N_TASKS)])
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl",
+                "num_repeats": K}]
+    cfg = endpoint_config(base_url, entries,
+                          rollout={"concurrency": 2, "segment_interval_s": 0.5})
+    cfg["engine"]["max_n"] = 1  # one request per rollout, so a stop lands mid-shard
+    return write_config(tmp_path, cfg)
+
+
+def _ok_count(journal: Path) -> int:
+    if not journal.exists():
+        return 0
+    keys = scan_journal(journal).keys.to_pandas()
+    return int((keys["status"] == "ok").sum())
+
+
+def _check_outputs(tmp_path: Path, requests: list[dict]) -> None:
+    """Complete, no duplicates; what the stopped attempt journaled was requested only once."""
+    rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+    keys = list(zip(rollouts["task_index"], rollouts["rollout_index"], strict=True))
+    assert len(keys) == len(set(keys)) == N_TASKS * K
+    assert rollouts["status"].eq("ok").all()
+    assert (tmp_path / "results/t/profile/tasks.parquet").exists()
+    seeds = pd.Series([b["seed"] for b in requests]).value_counts()
+    first_writers = rollouts.sort_values("finished_at").groupby(
+        rollouts["task_index"] % 2)["writer"].first()
+    early = rollouts[rollouts["writer"].isin(first_writers)]
+    assert len(early) > 0
+    assert (seeds.reindex(early["seed"]).fillna(0) == 1).all(), "a journaled rollout was redone"
+    assert len(requests) - N_TASKS * K <= 4  # at most the requests in flight when stopped
+
+
+@pytest.mark.workflow
+def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
+    """submitit's local executor: USR2 (what Slurm sends before the time limit) mid-rollout ->
+    checkpoint -> requeue -> the second attempt finishes without redoing journaled rollouts."""
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        require_piece("submitit (the slurm extra)", False, "pip install -e '.[slurm]'")
+    from rewardprof.launch import LaunchOptions, launch
+
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.3) as server:
+        cfg = _setup(tmp_path, server.base_url)
+        opts = LaunchOptions(cluster="local", log_dir=str(tmp_path / "launch"), time_min=30)
+        # submitit's local job inherits our environment; the rules call `rewardprof`
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        job = launch(["-s", str(REPO / "Snakefile"), "--cores", "2", "--configfile", str(cfg)],
+                     opts, workdir=str(tmp_path))
+        journal = tmp_path / "results/t/rollouts/journal"
+        deadline = time.time() + 240
+        while time.time() < deadline and not 6 <= _ok_count(journal) < N_TASKS * K - 8:
+            assert not job.done(), job.stdout()
+            time.sleep(0.2)
+        # the controller is the task process submitit's local runner started
+        runner = psutil.Process(job._process.pid)
+        task = next(p for p in runner.children() if "submitit" in " ".join(p.cmdline()))
+        task.send_signal(signal.SIGUSR2)
+        assert job.result() == 0
+        requests = list(server.requests)
+    log = job.stdout() or ""
+    assert "checkpoint at attempt 0" in log, log[-3000:]
+    assert "attempt 1," in log, log[-3000:]
+    _check_outputs(tmp_path, requests)
+
+
+@pytest.mark.slurm
+def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
+    """`rewardprof launch --slurm`: the controller is a Slurm job whose Snakemake submits the
+    workflow's jobs; USR2 (as at the time limit) requeues it; the run still completes."""
+    ok, why = slurm_available()
+    require_piece("local Slurm cluster", ok, why)
+    log_dir = tmp_path / "launch"
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.5) as server:
+        cfg = _setup(tmp_path, server.base_url)
+        before = last_job_id()
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        r = subprocess.run(
+            [sys.executable, "-m", "rewardprof.cli", "launch", "--slurm", "--time", "30",
+             "--mem-gb", "1", "--log-dir", str(log_dir), "--",
+             "-s", str(REPO / "Snakefile"), "--configfile", str(cfg), *profile_args(tmp_path)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        ctrl = int(re.search(r"as job (\d+)", r.stdout).group(1))
+        assert f"scancel {ctrl}" in r.stdout and "tail -f" in r.stdout  # how to follow it
+
+        journal = tmp_path / "results/t/rollouts/journal"
+        deadline = time.time() + 300
+        while time.time() < deadline and not 6 <= _ok_count(journal) < N_TASKS * K - 10:
+            time.sleep(0.3)
+        assert _ok_count(journal) >= 6, "rollouts never started"
+        subprocess.run(["scancel", "--signal=USR2", str(ctrl)], check=True)
+        # Slurm holds a requeued job back (BeginTime = requeue + ~2 min); release it now
+        deadline = time.time() + 180
+        requeued = False
+        while time.time() < deadline:
+            d = _job(ctrl)
+            if int(d.get("Restarts", "0")) >= 1 and d.get("JobState") == "PENDING":
+                subprocess.run(["scontrol", "update", f"jobid={ctrl}", "StartTime=now"])
+                requeued = True
+                break
+            time.sleep(0.5)
+        assert requeued, _job(ctrl)
+        result = log_dir / str(ctrl) / f"{ctrl}_0_result.pkl"
+        deadline = time.time() + 600
+        while time.time() < deadline and not result.exists():
+            time.sleep(1)
+        requests = list(server.requests)
+    out = (log_dir / str(ctrl) / f"{ctrl}_0_log.out").read_text()
+    assert result.exists(), out[-3000:]
+    assert "checkpoint at attempt 0" in out and "attempt 1," in out, out[-3000:]
+    from submitit.core.utils import pickle_load
+
+    status, value = pickle_load(result)
+    assert status == "success" and value == 0, value
+
+    jobs = slurm_jobs(before)
+    rules = {j.rule for j in jobs if j.job_id != ctrl}
+    assert {"materialize", "rollout", "merge", "profile"} <= rules, jobs
+    # the first controller's rollout jobs were cancelled by it, then resubmitted
+    cancelled = [j for j in jobs if j.rule == "rollout" and j.state == "CANCELLED"]
+    assert cancelled, jobs
+    _check_outputs(tmp_path, requests)
+
+
+def _job(job_id: int) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
+                         text=True, timeout=30).stdout
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
