@@ -124,9 +124,15 @@ def processes_with_token(token: str) -> list[int]:
     return pids
 
 
+try:
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not after fork
+except (OSError, AttributeError):  # not Linux
+    _PRCTL = None
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG: SIGTERM when the job dies
 
 
 def _http_json(url: str, timeout: float = 3.0) -> tuple[int, object]:

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from engine_helpers import base_config, fake_engine_python, new_mark, processes_with_env
@@ -161,3 +162,31 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
     finally:
         job.kill()
     _assert_gone(needle, "127.0.0.1", port)
+
+
+def test_server_gets_sigterm_when_the_job_is_killed(tmp_path):
+    """SIGKILL leaves the job no chance to clean up: the kernel's parent-death signal does."""
+    cfg, needle = _cfg(tmp_path)
+    script = textwrap.dedent(f"""
+        import time
+        from rewardprof.config import validate_config
+        from rewardprof.engine import engine_session
+        cfg = validate_config({cfg.model_dump(mode="json")!r})
+        with engine_session(cfg, {str(tmp_path / "engine.log")!r}) as ep:
+            print("ready", ep.base_url, flush=True)
+            time.sleep(60)
+    """)
+    job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().startswith("ready")
+        servers = [p for p in processes_with_env(needle)
+                   if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(servers) == 1
+        job.kill()
+        job.wait(timeout=10)
+    finally:
+        job.kill()
+    deadline = time.monotonic() + 10
+    while servers[0] in processes_with_env(needle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers[0] not in processes_with_env(needle)
