@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rewardprof.atomic import atomic_path
@@ -37,6 +40,9 @@ from rewardprof.rollout.journal import JournalWriter, ShardLock, read_rows, scan
 from rewardprof.rollout.progress import Progress
 
 log = logging.getLogger("rewardprof.rollout")
+
+
+_WRITER_SEQ = itertools.count()
 
 
 class ShardIncomplete(RuntimeError):
@@ -79,11 +85,22 @@ def _units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
 
 class ShardRun:
     def __init__(self, cfg: Config, endpoint: Endpoint, tasks: pd.DataFrame, journal_dir: Path,
-                 shard_tag: str):
+                 shard_tag: str, tasks_path: Path | None = None):
+        """`tasks` needs task_index, task_id, label, environment, num_repeats, and either the
+        messages and row columns or `tasks_path` to read them from, for the tasks that still
+        need rollouts only (a resuming shard does not read the text of finished tasks)."""
         self.cfg, self.endpoint, self.tasks = cfg, endpoint, tasks
+        self.tasks_path = tasks_path
+        # plain lists for the hot path (DataFrame.iloc costs ~100 us per call)
+        self._task_index = tasks["task_index"].tolist()
+        self._task_id = tasks["task_id"].tolist()
+        self._label = tasks["label"].tolist()
+        self._text: dict[int, tuple[str, str]] = {}
         self.journal_dir, self.shard_tag = journal_dir, shard_tag
         self.gen_key = gen_key(cfg, endpoint.model)
-        self.writer_id = f"{shard_tag}-{int(time.time())}-{socket.gethostname()}-{os.getpid()}"
+        # unique per writer, also for two runs of one shard in one process within a second
+        self.writer_id = (f"{shard_tag}-{int(time.time())}-{socket.gethostname()}-"
+                          f"{os.getpid()}-{next(_WRITER_SEQ)}")
         self.envs: dict[str, Environment] = {}
         options = {e.label: e.options for e in cfg.entries}
         for label, env_name in tasks[["label", "environment"]].drop_duplicates().itertuples(
@@ -98,10 +115,7 @@ class ShardRun:
         scan = scan_journal(self.journal_dir)
         col = resolve(scan, self.tasks[["task_index", "task_id", "num_repeats"]], self.gen_key)
         ok = col.winners[col.winners["status"] == OK]
-        have = ok.groupby("task_index")["rollout_index"].agg(set).to_dict()
-        missing = [sorted(set(range(k)) - have.get(ti, set()))
-                   for ti, k in zip(self.tasks["task_index"], self.tasks["num_repeats"],
-                                    strict=True)]
+        missing = _missing_indices(self.tasks, ok)
         info = {"journaled_ok": len(ok), "stale": col.stale, "rekeyed": col.rekeyed,
                 "torn_lines": scan.torn_lines}
         return missing, info
@@ -115,20 +129,21 @@ class ShardRun:
 
     async def _do_unit(self, unit: Unit, client: ChatClient, ctx: VerifyContext,
                        writer: JournalWriter, progress: Progress) -> None:
-        task = self.tasks.iloc[unit.pos]
-        seed0 = task_seed(self.cfg.sampling.seed, task.task_id)
+        task_id, label = self._task_id[unit.pos], self._label[unit.pos]
+        messages, row_json = self._text[unit.pos]
+        seed0 = task_seed(self.cfg.sampling.seed, task_id)
         first = unit.indices[0]
         started = time.time()
         result: ChatResult = await client.complete(
-            self._body(json.loads(task.messages), len(unit.indices), seed0 + first))
-        base = {"task_index": int(task.task_index), "task_id": task.task_id,
-                "label": task.label, "attempt": result.attempts,
+            self._body(json.loads(messages), len(unit.indices), seed0 + first))
+        base = {"task_index": int(self._task_index[unit.pos]), "task_id": task_id,
+                "label": label, "attempt": result.attempts,
                 "request_n": len(unit.indices), "gen_key": self.gen_key,
                 "model": self.endpoint.model, "engine": self.endpoint.identity,
                 "started_at": started, "latency_s": result.latency_s,
                 "prompt_tokens": result.prompt_tokens, "writer": self.writer_id}
-        env = self.envs[task.label]
-        row = json.loads(task.row)
+        env = self.envs[label]
+        row = json.loads(row_json)
         got = {c.index: c for c in result.choices}
         failed = tokens = 0
         for j, r in enumerate(unit.indices):
@@ -151,8 +166,22 @@ class ShardRun:
             writer.append(rec)
         progress.update(len(unit.indices), failed, tokens)
 
+    def load_text(self, positions: list[int]) -> None:
+        """messages + row JSON of the tasks at these positions (only those are read)."""
+        need = [p for p in positions if p not in self._text]
+        if not need:
+            return
+        if "messages" in self.tasks.columns and "row" in self.tasks.columns:
+            msgs, rows = self.tasks["messages"], self.tasks["row"]
+            self._text.update((p, (msgs.iat[p], rows.iat[p])) for p in need)
+            return
+        if self.tasks_path is None:
+            raise ValueError("tasks without messages/row columns need tasks_path")
+        self._text.update(_read_text(self.tasks_path, need))
+
     async def generate(self, missing: list[list[int]], progress: Progress) -> None:
         r = self.cfg.rollout
+        self.load_text([pos for pos, m in enumerate(missing) if m])
         queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
         writer = JournalWriter(self.journal_dir, self.writer_id, r.segment_interval_s,
                                r.segment_max_records)
@@ -200,8 +229,48 @@ async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) ->
 
 
 def _load_tasks(path: Path) -> pd.DataFrame:
-    cols = ["task_index", "task_id", "label", "environment", "num_repeats", "messages", "row"]
+    """The shard's tasks without their text (messages, row): see ShardRun.load_text."""
+    cols = ["task_index", "task_id", "label", "environment", "num_repeats"]
     return pq.read_table(path, columns=cols).to_pandas()
+
+
+def _read_text(path: Path, positions: list[int]) -> dict[int, tuple[str, str]]:
+    """messages + row of the tasks at `positions` (row numbers in the file), reading only the
+    row groups that hold them."""
+    pf = pq.ParquetFile(path)
+    wanted = np.unique(np.asarray(positions, dtype=np.int64))
+    starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows
+                              for i in range(pf.num_row_groups)])
+    out: dict[int, tuple[str, str]] = {}
+    groups = np.unique(np.searchsorted(starts, wanted, side="right") - 1)
+    for g in groups.tolist():
+        lo, hi = int(starts[g]), int(starts[g + 1])
+        local = wanted[(wanted >= lo) & (wanted < hi)]
+        part = pf.read_row_group(g, columns=["messages", "row"]).take(pa.array(local - lo))
+        msgs, rows = part.column("messages").to_pylist(), part.column("row").to_pylist()
+        out.update(zip(local.tolist(), zip(msgs, rows, strict=True), strict=True))
+    return out
+
+
+def _missing_indices(tasks: pd.DataFrame, ok: pd.DataFrame) -> list[list[int]]:
+    """Per task (in table order), the rollout indices < num_repeats without an ok record."""
+    repeats = tasks["num_repeats"].to_numpy(np.int64)
+    if not len(repeats):
+        return []
+    width = int(repeats.max())
+    pos = pd.Index(tasks["task_index"]).get_indexer(ok["task_index"])
+    have = np.zeros((len(repeats), width + 1), dtype=bool)
+    ri = ok["rollout_index"].to_numpy(np.int64)
+    sel = (pos >= 0) & (ri < width)
+    have[pos[sel], ri[sel]] = True
+    need = (np.arange(width + 1) < repeats[:, None]) & ~have
+    counts = need.sum(axis=1)
+    missing: list[list[int]] = [[] for _ in range(len(repeats))]
+    full = {k: list(range(k)) for k in np.unique(repeats).tolist()}
+    for p in np.flatnonzero(counts).tolist():
+        k = int(repeats[p])
+        missing[p] = list(full[k]) if counts[p] == k else np.flatnonzero(need[p]).tolist()
+    return missing
 
 
 def _write_output(run: ShardRun, out_path: Path) -> dict[str, Any]:
@@ -251,7 +320,9 @@ def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_
     """Collect every missing rollout of the shard's tasks, then write the shard output."""
     journal = Path(journal_dir)
     with ShardLock(journal, shard_tag):
-        run = ShardRun(cfg, endpoint, _load_tasks(Path(shard_tasks)), journal, shard_tag)
+        _remove_stale_tmp(journal, shard_tag, Path(out_path))
+        run = ShardRun(cfg, endpoint, _load_tasks(Path(shard_tasks)), journal, shard_tag,
+                       tasks_path=Path(shard_tasks))
         missing, info = run.missing()
         todo = sum(len(m) for m in missing)
         log.info("%s: %d tasks, %d rollouts already journaled, %d to generate "
@@ -268,6 +339,18 @@ def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_
         summary.update(generated=todo, **info)
         log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
         return summary
+
+
+def _remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
+    """A killed attempt of this shard may have left a half-written segment or output temp
+    file (never read: their names start with '.'). Holding the shard lock, no live writer of
+    this shard owns one, so they go."""
+    stale = [*journal.glob(f".{shard_tag}-*.parquet.tmp"),
+             *out_path.parent.glob(f".{out_path.name}.tmp-*")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        log.info("%s: removed %d temp files left by a killed attempt", shard_tag, len(stale))
 
 
 async def _with_sigterm(coro) -> None:
