@@ -25,6 +25,7 @@ from rewardprof.records import FailureKind
 
 BOX_INSTRUCTION = "Put your final answer within \\boxed{}."
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_TRAILING_PERIOD = re.compile(r"\s*\.?\s*$")
 _OUTER_PARENS = re.compile(r"^\s*\\\((.*)\\\)\s*$", re.S)
 
 
@@ -112,6 +113,9 @@ class MathEnvironment(Environment):
         answer = last_boxed(completion)
         if answer is None:
             return Verdict(0.0, extras={"extracted": None, "reason": "no_boxed_answer"})
+        answer = _TRAILING_PERIOD.sub("", answer)  # "\boxed{5.}" ends a sentence, not a number
+        if not answer:
+            return Verdict(0.0, extras={"extracted": "", "reason": "empty_box"})
         timeout = float(self.options.get("timeout_s", ctx.timeout_s))
         try:
             # The pool's hard timeout sits above math-verify's own, so a wedged call is killed.
