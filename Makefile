@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= test,slurm,environments
+EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 

@@ -10,12 +10,15 @@ configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"
+include: "rules/checks.smk"
 include: "rules/materialize.smk"
 include: "rules/shard.smk"
 include: "rules/rollout.smk"
 include: "rules/model.smk"
 include: "rules/merge.smk"
 include: "rules/profile.smk"
+include: "rules/export.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -41,6 +41,9 @@ def final_outputs():
         f"{RUN}/profile/tasks.jsonl",
         f"{RUN}/profile/summary.json",
         *expand(f"{RUN}/profile/by_label/{{label}}.parquet", label=LABELS),
+        # filtered/re-weighted export and the report's plots (rules/export.smk, report.smk)
+        f"{RUN}/export/combined.jsonl",
+        f"{RUN}/report/labels.csv",
     ]
 
 

@@ -18,6 +18,7 @@ from rewardprof.config import Config, ConfigError, load_config, validate_config
 EXTRA_COMMAND_MODULES: list[str] = [
     "rewardprof.model",  # rewardprof model convert (the engine's builtin models)
     "rewardprof.launch",  # rewardprof launch --slurm, rewardprof install-profile
+    "rewardprof.analysis",  # rewardprof export / report / estimate / check (issue 6)
 ]
 
 

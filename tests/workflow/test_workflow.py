@@ -62,7 +62,8 @@ def test_dry_run_lists_every_shard_and_contacts_nothing(tmp_path):
         assert server.stats["requests"] == 0
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", r.stdout, flags=re.M))
     assert counts == {"materialize": "1", "shard": "8", "rollout": "8", "merge": "1",
-                      "profile": "1", "all": "1", "total": "20"}
+                      "profile": "1", "export": "1", "report": "1", "all": "1",
+                      "total": "22"}
     assert not (tmp_path / "results").exists()
 
 

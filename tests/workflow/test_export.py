@@ -1,0 +1,131 @@
+"""L3 (local): one scripted run through export and report; then `rewardprof check` on it and on
+copies corrupted in each way it must catch, and `rewardprof estimate` on it as a pilot.
+
+One Snakemake run (module fixture) serves every test here: workflow runs are the expensive part.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from conftest import endpoint_config, math_row, snakemake, write_config, write_jsonl
+
+from rewardprof.testing.fake_server import FakeOpenAI
+
+pytestmark = pytest.mark.workflow
+
+# prompt -> behaviour. "half": right on even seeds; n=4 samples use seeds s..s+3, so exactly 2
+# of 4 pass (p = 0.5). "long": a correct answer after 40 words, cut by max_tokens (truncated).
+A = {"2 + 3": ("5", "right"), "7 * 6": ("42", "wrong"), "9 - 4": ("5", "half"),
+     "4 + 4": ("8", "error")}
+B = {"5 + 5": ("10", "half"), "6 + 6": ("12", "half"), "1 + 1": ("2", "right"),
+     "3 * 3": ("9", "long")}
+
+
+def _answer(prompt: str, seed: int | None) -> str:
+    for q, (ans, how) in {**A, **B}.items():
+        if q in prompt:
+            if how == "right" or (how == "half" and seed is not None and seed % 2 == 0):
+                return f"It is \\boxed{{{ans}}}."
+            if how == "long":
+                return "let me think " * 14 + f"\\boxed{{{ans}}}"
+            return "It is \\boxed{0}."
+    return "no idea"
+
+
+def _fault(body: dict) -> str | None:
+    text = json.dumps(body.get("messages"))
+    return "500" if "4 + 4" in text else None
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    write_jsonl(root / "data/a.jsonl", [math_row(f"What is {q}?", a) for q, (a, _) in A.items()])
+    write_jsonl(root / "data/b.jsonl", [math_row(f"What is {q}?", a) for q, (a, _) in B.items()])
+    entries = [{"label": "a", "environment": "math", "source": "data/a.jsonl", "num_repeats": 4},
+               {"label": "b", "environment": "math", "source": "data/b.jsonl", "num_repeats": 4}]
+    with FakeOpenAI(_answer, fault_fn=_fault) as server:
+        cfg = endpoint_config(
+            server.base_url, entries,
+            sampling={"max_tokens": 20},
+            rollout={"max_attempts": 1, "max_failed_fraction": 1.0},
+            profile={"pass_at_k": [1, 2], "group_size": 8},
+            export={"min_grpo_signal": 0.5, "target_share": {"a": 0.5, "b": 0.5}})
+        path = write_config(root, cfg)
+        r = snakemake(root, "--configfile", str(path))
+        assert r.returncode == 0, r.stderr[-4000:]
+        rep = snakemake(root, "--report", str(root / "report.html"), "--configfile", str(path))
+        assert rep.returncode == 0, rep.stderr[-4000:]
+    return root, r
+
+
+def _questions(lines: list[dict]) -> list[str]:
+    out = []
+    for row in lines:
+        text = row["responses_create_params"]["input"][0]["content"]
+        out.append(re.search(r"What is (.*)\?", text).group(1))
+    return out
+
+
+def test_export_keeps_tasks_with_signal_and_reweights(run):
+    root, _ = run
+    ex = root / "results/t/export"
+    report = json.loads((ex / "report.json").read_text())
+    a, b = report["labels"]
+    assert (a["tasks"], a["kept"], a["dropped"]) == (4, 1, 3)
+    assert a["dropped_by"] == {"no_rollouts": 1, "all_fail": 1, "all_pass": 1,
+                               "below_min_pass_rate": 0, "above_max_pass_rate": 0,
+                               "low_grpo_signal": 0}
+    assert (b["tasks"], b["kept"], b["dropped"]) == (4, 2, 2)
+    assert b["dropped_by"]["all_pass"] == 1 and b["dropped_by"]["all_fail"] == 1
+    # target 50/50 over 3 kept tasks: a's one task weighs 1.5, b's two 0.75 each
+    assert a["weight"] == pytest.approx(1.5) and b["weight"] == pytest.approx(0.75)
+
+    rows_a = [json.loads(x) for x in (ex / "by_label/a.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (ex / "by_label/b.jsonl").read_text().splitlines()]
+    combined = [json.loads(x) for x in (ex / "combined.jsonl").read_text().splitlines()]
+    assert _questions(rows_a) == ["9 - 4"]
+    assert _questions(rows_b) == ["5 + 5", "6 + 6"]
+    assert combined == rows_a + rows_b
+    # the source row comes back as it was, with the profile attached under reward_profile
+    row = rows_a[0]
+    assert row["expected_answer"] == "5"
+    assert set(row) == {"responses_create_params", "expected_answer", "reward_profile"}
+    rp = row["reward_profile"]
+    assert rp["label"] == "a" and rp["pass_rate"] == 0.5 and rp["num_rollouts"] == 4
+    assert rp["weight"] == pytest.approx(1.5)
+    assert rp["grpo_signal"] == pytest.approx(1 - 2 * 0.5 ** 8)
+    assert rp["pass@2"] == pytest.approx(1 - 1 / 6)
+
+
+def test_profile_counts_failures_and_truncation(run):
+    root, r = run
+    prof = pd.read_parquet(root / "results/t/profile/tasks.parquet").set_index("task_index")
+    # task 3 ("4 + 4") always got HTTP 500: four engine_error rollouts, no rewards
+    assert prof.loc[3, "num_failed/engine_error"] == 4 and prof.loc[3, "num_rollouts"] == 0
+    # task 7 ("3 * 3") was cut at max_tokens: truncated, and so never right
+    assert prof.loc[7, "num_truncated"] == 4 and prof.loc[7, "pass_rate"] == 0
+    assert pd.isna(prof.loc[7, "pass_rate_excl_truncated"])
+    summary = json.loads((root / "results/t/profile/summary.json").read_text())
+    a, b = summary["labels"]
+    assert a["failed_by_kind"] == {"engine_error": 4} and a["failure_rate"] == 0.25
+    assert b["truncation_rate"] == 0.25 and b["share_useful"] == 0.5
+    assert b["pass_rate_histogram"]["counts"] == [1, 0, 0, 0, 0, 2, 0, 0, 0, 1]
+    # the per-environment table is printed at the end of profile
+    assert re.search(r"^a\s+math\s+4\s+12\s+4\s+0\s", r.stdout, flags=re.M), r.stdout
+
+
+def test_report_html_contains_the_plots(run):
+    root, _ = run
+    html = (root / "report.html").read_text(errors="replace")
+    for name in ("pass_rate_hist.png", "tokens_vs_pass_rate.png", "failures.png",
+                 "labels.csv", "export.csv"):
+        assert name in html, name
+    # the figures are embedded as PNG data, not links to files next to the HTML
+    assert html.count("iVBORw0KGgo") >= 3
+    labels = pd.read_csv(root / "results/t/report/labels.csv")
+    assert list(labels["label"]) == ["a", "b"]
