@@ -116,3 +116,6 @@ def _cmd_convert(args) -> int:
     print(f"converted {info['source']} -> {args.out} ({info['architecture']}, "
           f"{info['parameters']:,} parameters, {info['seconds']} s)")
     return 0
+
+
+register = add_model_subcommand  # the cli.EXTRA_COMMAND_MODULES hook
