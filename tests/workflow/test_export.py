@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
@@ -129,3 +135,104 @@ def test_report_html_contains_the_plots(run):
     assert html.count("iVBORw0KGgo") >= 3
     labels = pd.read_csv(root / "results/t/report/labels.csv")
     assert list(labels["label"]) == ["a", "b"]
+
+
+# --- rewardprof check ----------------------------------------------------------------------
+
+def _rewardprof(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "rewardprof"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+
+
+def _snapshot(d: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(d.rglob("*"))}
+
+
+def test_check_passes_on_the_good_run_and_writes_nothing(run):
+    root, _ = run
+    d = root / "results/t"
+    before = _snapshot(d)
+    r = _rewardprof("check", str(d))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok:" in r.stdout and "8 tasks, 32 rollouts, 2 shards" in r.stdout
+    assert _snapshot(d) == before
+
+
+def _edit(path: Path, fn) -> None:
+    """Rewrite one Parquet file through fn(DataFrame) -> DataFrame, keeping its schema."""
+    t = pq.read_table(path)
+    df = fn(t.to_pandas())
+    pq.write_table(pa.Table.from_pandas(df, schema=t.schema, preserve_index=False), path)
+
+
+def _merged_part(d: Path, i: int) -> Path:
+    return d / "rollouts.parquet" / f"part-{i}-of-2.parquet"
+
+
+def _drop_task_from_shard(d):  # shards no longer partition the tasks
+    _edit(d / "shards/0-of-2.parquet", lambda df: df[df.task_index != 2])
+
+
+def _task_in_two_shards(d):
+    tasks = pq.read_table(d / "materialize/tasks.parquet").to_pandas()
+    _edit(d / "shards/1-of-2.parquet", lambda df: pd.concat([df, tasks[tasks.task_index == 2]]))
+
+
+def _rollout_in_wrong_shard(d):
+    moved = pq.read_table(d / "rollouts/0-of-2.parquet").to_pandas().iloc[:1]
+    _edit(d / "rollouts/0-of-2.parquet", lambda df: df.iloc[1:])
+    _edit(d / "rollouts/1-of-2.parquet", lambda df: pd.concat([df, moved]))
+
+
+def _duplicate_rollout(d):
+    for path in (d / "rollouts/1-of-2.parquet", _merged_part(d, 1)):
+        _edit(path, lambda df: pd.concat([df, df.iloc[:1]]))
+
+
+def _wrong_task_id(d):
+    def bad(df):
+        df = df.copy()
+        df.loc[df.index[0], "task_id"] = "0" * 32
+        return df
+    for path in (d / "rollouts/0-of-2.parquet", _merged_part(d, 0)):
+        _edit(path, bad)
+
+
+def _merge_not_union(d):
+    _edit(_merged_part(d, 1), lambda df: df.iloc[1:])
+
+
+def _label_without_rollouts(d):  # label b is tasks [4, 8)
+    for path in (d / "rollouts/0-of-2.parquet", d / "rollouts/1-of-2.parquet",
+                 _merged_part(d, 0), _merged_part(d, 1)):
+        _edit(path, lambda df: df[df.task_index < 4])
+
+
+def _label_incomplete(d):
+    for path in (d / "rollouts/0-of-2.parquet", _merged_part(d, 0)):
+        _edit(path, lambda df: df[~((df.task_index == 0) & (df.rollout_index == 3))])
+
+
+CORRUPTIONS = {
+    "task_missing_from_shards": (_drop_task_from_shard, r"1 tasks are in no shard"),
+    "task_in_two_shards": (_task_in_two_shards, r"1-of-2.parquet: 1 tasks belong to another"),
+    "rollout_in_wrong_shard": (_rollout_in_wrong_shard,
+                               r"rollouts/1-of-2.parquet: 1 rollouts belong to another shard"),
+    "duplicate_rollout": (_duplicate_rollout, r"1 duplicate \(task_index, rollout_index\)"),
+    "task_id_mismatch": (_wrong_task_id, r"1 rollouts carry a task_id that does not match"),
+    "merge_not_union": (_merge_not_union, r"rollouts.parquet: not the union of the shard"),
+    "label_without_rollouts": (_label_without_rollouts, r"label 'b': no rollouts at all"),
+    "label_incomplete": (_label_incomplete, r"label 'a': incomplete, 15 of 16 rollouts"),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_check_names_each_corruption(run, tmp_path, name):
+    root, _ = run
+    d = tmp_path / "t"
+    shutil.copytree(root / "results/t", d)  # copies: the merged parts stop being hard links
+    corrupt, expected = CORRUPTIONS[name]
+    corrupt(d)
+    r = _rewardprof("check", str(d))
+    assert r.returncode == 1, r.stdout
+    assert re.search(expected, r.stdout), r.stdout
