@@ -1,0 +1,106 @@
+"""Export keep rules / weights and the sizing arithmetic, by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rewardprof.config import ConfigError, validate_config
+from rewardprof.estimate import estimate, useful_fraction
+from rewardprof.export import REASONS, drop_reasons, label_weights
+
+
+def _cfg(export=None, entries=("a", "b"), **extra):
+    return validate_config({"entries": [{"label": lbl, "environment": "math", "source": "x",
+                                         "num_repeats": 4} for lbl in entries],
+                            "export": export or {}, **extra})
+
+
+def _reasons(cfg, rates, n=None, signal=None):
+    rates = np.array(rates, dtype=float)
+    t = pa.table({"pass_rate": rates, "pass_rate_excl_truncated": rates,
+                  "num_rollouts": n if n is not None else [4] * len(rates),
+                  "grpo_signal": signal if signal is not None else 1 - rates**8 - (1 - rates)**8})
+    return [REASONS[i] if i >= 0 else "kept" for i in drop_reasons(cfg, t)]
+
+
+def test_default_rules_drop_zero_and_one_and_unscored():
+    got = _reasons(_cfg(), [0.0, 1.0, 0.5, np.nan, 0.25], n=[4, 4, 4, 0, 4])
+    assert got == ["all_fail", "all_pass", "kept", "no_rollouts", "kept"]
+
+
+def test_band_and_signal_rules_in_order():
+    cfg = _cfg({"min_pass_rate": 0.3, "max_pass_rate": 0.8, "min_grpo_signal": 0.95,
+                "drop_all_pass": False})
+    # 1.0 is not dropped as all_pass (rule off) but as above the band
+    got = _reasons(cfg, [0.25, 0.9, 1.0, 0.5, 0.75],
+                   signal=[0.9, 0.5, 0.0, 0.99, 0.9])
+    assert got == ["below_min_pass_rate", "above_max_pass_rate", "above_max_pass_rate", "kept",
+                   "low_grpo_signal"]
+
+
+def test_min_rollouts():
+    got = _reasons(_cfg({"min_rollouts": 3}), [0.5, 0.5], n=[2, 3])
+    assert got == ["no_rollouts", "kept"]
+
+
+def test_weights_reach_target_share():
+    cfg = _cfg({"target_share": {"a": 3, "b": 1}})
+    w, notes = label_weights(cfg, {"a": 10, "b": 30})
+    # a: 0.75 * 40 / 10 = 3.0; b: 0.25 * 40 / 30 = 1/3 -> a holds 30 of 40 total weight
+    assert w["a"] == pytest.approx(3.0) and w["b"] == pytest.approx(1 / 3)
+    assert 10 * w["a"] / (10 * w["a"] + 30 * w["b"]) == pytest.approx(0.75)
+    assert notes == []
+    w, notes = label_weights(cfg, {"a": 0, "b": 30})  # a's target cannot be met
+    assert w == {"a": 0.0, "b": pytest.approx(1.0)} and "a: target share 3" in notes[0]
+    assert label_weights(_cfg(), {"a": 5, "b": 0}) == ({"a": 1.0, "b": 1.0}, [])
+
+
+def test_export_config_checks():
+    with pytest.raises(ConfigError, match="missing label"):
+        _cfg({"target_share": {"a": 1}})
+    with pytest.raises(ConfigError, match="unknown label"):
+        _cfg({"target_share": {"a": 1, "b": 1, "c": 1}})
+    with pytest.raises(ConfigError, match="min_pass_rate"):
+        _cfg({"min_pass_rate": 0.9, "max_pass_rate": 0.1})
+    with pytest.raises(ConfigError, match="did you mean min_grpo_signal"):
+        _cfg({"min_grpo_signl": 0.1})
+
+
+def test_useful_fraction_by_hand():
+    # p = 0.5, K = 2: 1 - 0.25 - 0.25 = 0.5; p = 0 and p = 1: 0; unscored: 0
+    assert useful_fraction([0.5, 0.0, 1.0, np.nan], 2) == pytest.approx(0.5 / 4)
+    assert useful_fraction([0.5], 8) == pytest.approx(1 - 2 / 256)
+    assert useful_fraction([], 8) is None
+
+
+def test_estimate_arithmetic():
+    pilot = {"run_dir": "p", "rollouts": 300, "jobs": 1, "engine_hours": 1.5,
+             "gpu_hours": 1.5, "gpus_per_engine": 1, "rollouts_per_gpu_hour": 200.0,
+             "output_tokens_per_gpu_hour": 1.0, "startup_overhead_s": 360.0,
+             "labels": {
+                 "a": {"environment": "math", "tasks": 25, "num_repeats": 4, "rollouts": 100,
+                       "gpu_hours": 1.0, "rollouts_per_gpu_hour": 100.0,
+                       "pass_rates": [0.5] * 25},
+                 "b": {"environment": "mcq", "tasks": 50, "num_repeats": 4, "rollouts": 200,
+                       "gpu_hours": 0.5, "rollouts_per_gpu_hour": 400.0,
+                       "pass_rates": [1.0] * 50}}}
+    target = validate_config({"num_shards": 8, "entries": [
+        {"label": "a", "environment": "math", "source": "x", "num_repeats": 2},
+        {"label": "c", "environment": "mcq", "source": "y", "num_repeats": 8}]})
+    res = estimate(pilot, target, gpus=4, tasks={"a": 1000, "c": 400})
+    a, c = res["labels"]
+    assert (a["basis"], a["rollouts"], a["gpu_hours"]) == ("label", 2000, 20.0)
+    assert a["useful_fraction"] == 0.5 and a["useful_tasks"] == 500
+    assert a["useful_tasks_per_gpu_hour"] == 25
+    # c is not in the pilot: borrows b's rate through its environment
+    assert (c["basis"], c["rollouts"], c["gpu_hours"]) == ("environment mcq", 3200, 8.0)
+    assert c["useful_fraction"] == 0.0
+    tot = res["total"]
+    assert tot["gpu_hours"] == 28.0 and tot["rollouts"] == 5200
+    # 8 jobs on 4 engines: 2 waves of (28 h / 8 jobs + 0.1 h startup)
+    assert tot["wall_hours"] == pytest.approx(2 * (3.5 + 0.1))
+    assert tot["gpu_hours_with_startup"] == pytest.approx(28.8)
+    with pytest.raises(ValueError, match="unknown label"):
+        estimate(pilot, target, gpus=4, tasks={"zzz": 1, "a": 1, "c": 1})
