@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rewardprof.records import OK
 from rewardprof.rollout.journal import JournalScan
@@ -25,28 +27,47 @@ class Collected:
 
 
 def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
-    """tasks: task_index, task_id, num_repeats of the tasks of interest."""
-    keys = scan.keys.to_pandas()
-    empty = Collected(keys.iloc[0:0].assign(rekeyed=pd.Series(dtype=bool)), 0, 0)
-    if keys.empty or tasks.empty:
+    """tasks: task_index, task_id, num_repeats of the tasks of interest.
+
+    Vectorized (Arrow hash lookups + one numpy lexsort): a resuming shard resolves ~1M journal
+    records in well under a second (docs/benchmarks.md, "resume start")."""
+    keys = scan.keys
+    empty = Collected(keys.slice(0, 0).to_pandas().assign(rekeyed=pd.Series(dtype=bool)), 0, 0)
+    if keys.num_rows == 0 or tasks.empty:
         return empty
-    keys = keys[keys["task_id"].isin(set(tasks["task_id"]))]
-    if keys.empty:
+    t_index = pa.array(tasks["task_index"].to_numpy(np.int64))
+    t_id = pa.array(tasks["task_id"].astype(object).to_numpy(), pa.string())
+    # each record's task by task_id: the first task carrying that id (None: not ours)
+    by_id = pc.index_in(keys.column("task_id"), value_set=t_id)
+    mine = pc.is_valid(by_id)
+    keys, by_id = keys.filter(mine), by_id.filter(mine)
+    if keys.num_rows == 0:
         return empty
-    # Exact matches first; a record whose task moved follows its task_id to the first task
-    # carrying it (duplicate rows share a task_id and stay where they were when still there).
-    exact_ids = pd.MultiIndex.from_frame(tasks[["task_index", "task_id"]])
-    is_exact = pd.MultiIndex.from_frame(keys[["task_index", "task_id"]]).isin(exact_ids)
-    moved = keys[~is_exact]
-    first_index = tasks.drop_duplicates("task_id").set_index("task_id")["task_index"]
-    rekeyed = moved.assign(task_index=moved["task_id"].map(first_index).astype("int64"))
-    keys = pd.concat([keys[is_exact].assign(rekeyed=False), rekeyed.assign(rekeyed=True)])
-    stale_mask = keys["gen_key"] != gen_key
-    stale = int(stale_mask.sum())
-    keys = keys[~stale_mask]
-    repeats = tasks.set_index("task_index")["num_repeats"]
-    keys = keys[keys["rollout_index"].to_numpy() < keys["task_index"].map(repeats).to_numpy()]
-    keys = keys.assign(_ok=(keys["status"] == OK).astype(np.int8))
-    keys = keys.sort_values(["_ok", "finished_at"], ascending=[False, False], kind="stable")
-    winners = keys.drop_duplicates(["task_index", "rollout_index"], keep="first")
-    return Collected(winners.drop(columns="_ok"), stale, int(winners["rekeyed"].sum()))
+    pid = by_id.to_numpy(zero_copy_only=False).astype(np.int64)
+    # exact: the record's own task_index is one of ours and carries the same task_id (duplicate
+    # rows share a task_id and stay where they were); otherwise it follows its task_id
+    pbi = pc.index_in(keys.column("task_index"), value_set=t_index).fill_null(-1)
+    pbi = pbi.to_numpy(zero_copy_only=False).astype(np.int64)
+    id_class = pc.index_in(t_id, value_set=t_id).to_numpy(zero_copy_only=False)
+    exact = (pbi >= 0) & (id_class[np.maximum(pbi, 0)] == pid)
+    pos = np.where(exact, pbi, pid)
+    fresh = (pc.equal(keys.column("gen_key"), gen_key).fill_null(False)
+             .to_numpy(zero_copy_only=False))
+    stale = int((~fresh).sum())
+    ri = keys.column("rollout_index").to_numpy(zero_copy_only=False)
+    repeats = tasks["num_repeats"].to_numpy(np.int64)
+    keep = np.flatnonzero(fresh & (ri < repeats[pos]))
+    ok = (pc.equal(keys.column("status"), OK).fill_null(False)
+          .to_numpy(zero_copy_only=False)[keep])
+    finished = (keys.column("finished_at").cast(pa.float64()).fill_null(np.nan)
+                .to_numpy(zero_copy_only=False)[keep])
+    # winner per (task, rollout): an ok record if any, then the latest; ties keep scan order
+    order = np.lexsort((-finished, ~ok, ri[keep], pos[keep]))
+    k_pos, k_ri = pos[keep][order], ri[keep][order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (k_pos[1:] != k_pos[:-1]) | (k_ri[1:] != k_ri[:-1])
+    pick = keep[order[first]]
+    winners = keys.take(pa.array(pick)).to_pandas()
+    winners["task_index"] = t_index.to_numpy()[pos[pick]]
+    winners["rekeyed"] = ~exact[pick]
+    return Collected(winners, stale, int(winners["rekeyed"].sum()))
