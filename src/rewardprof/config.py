@@ -307,7 +307,9 @@ def _describe(err: dict) -> str:
         key = str(loc[-1])
         hint = ""
         if parent is not None:
-            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
+            # 0.7: typos (num_repeat, concurency, entrys) match; unrelated words (colour ->
+            # rollout at 0.62) get the list of valid keys instead of a misleading guess
+            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.7)
             if close:
                 hint = f"; did you mean {close[0]}?"
             else:

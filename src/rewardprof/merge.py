@@ -9,6 +9,7 @@ Journal records whose task is no longer in the tasks table are reported as orpha
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -68,6 +69,7 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
     journal_ids = set(scan.keys.column("task_id").to_pylist())
     orphaned_ids = journal_ids - set(tasks["task_id"])
     orphaned = int(pd.Series(scan.keys.column("task_id").to_pylist()).isin(orphaned_ids).sum())
+    rekeyed = _rekeyed(scan.keys.select(["task_index", "task_id"]).to_pandas(), tasks)
     by_label = (keys.assign(label=keys["task_index"].map(tasks["label"]))
                 .groupby(["label", "status"]).size().unstack(fill_value=0))
     report = {
@@ -78,7 +80,9 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
                      for lbl, row in by_label.iterrows()},
         "orphaned_journal_records": orphaned,
         "orphaned_task_ids": len(orphaned_ids),
+        "rekeyed_journal_records": rekeyed,
         "shards": [str(p) for p in shard_paths],
+        "journal": str(journal_dir),
     }
     if orphaned:
         report["orphaned_note"] = ("journal records whose task is no longer in the tasks "
@@ -86,6 +90,35 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
     _link_dataset([Path(p) for p in shard_paths], Path(out_dir))
     write_json_atomic(report_path, report)
     return report
+
+
+def _rekeyed(journal_keys: pd.DataFrame, tasks: pd.DataFrame) -> int:
+    """Journal records of a task that is still in the table, under another task_index (the
+    table was re-materialized and the task moved): used under the task's new index."""
+    current = journal_keys[journal_keys["task_id"].isin(set(tasks["task_id"]))]
+    pairs = pd.MultiIndex.from_arrays([tasks.index, tasks["task_id"]])
+    here = pd.MultiIndex.from_frame(current[["task_index", "task_id"]]).isin(pairs)
+    return int((~here).sum())
+
+
+def journal_notes(report_path: str | Path, since: float = 0.0) -> list[str]:
+    """What a (re-)run should tell its user about the journal, from a merge report written
+    at or after `since`: rollouts re-keyed to a moved task, rollouts orphaned."""
+    path = Path(report_path)
+    if not path.exists() or path.stat().st_mtime < since:
+        return []
+    report = json.loads(path.read_text())
+    notes = []
+    journal = Path(report.get("journal", "the journal"))
+    if report.get("rekeyed_journal_records"):
+        notes.append(f"{report['rekeyed_journal_records']} journaled rollouts belong to tasks "
+                     f"that moved to a new task_index (the tasks table was re-materialized); "
+                     f"they were re-keyed by task_id and reused")
+    if report.get("orphaned_journal_records"):
+        notes.append(f"{report['orphaned_journal_records']} journaled rollouts of "
+                     f"{report['orphaned_task_ids']} tasks that are no longer in the tasks "
+                     f"table are orphaned: kept in {journal}, not used")
+    return notes
 
 
 def _link_dataset(shards: list[Path], out_dir: Path) -> None:
