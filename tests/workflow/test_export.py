@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
+from rewardprof.check import check_run
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -233,6 +234,48 @@ def test_check_names_each_corruption(run, tmp_path, name):
     shutil.copytree(root / "results/t", d)  # copies: the merged parts stop being hard links
     corrupt, expected = CORRUPTIONS[name]
     corrupt(d)
+    problems, _ = check_run(d)  # in-process: the CLI's exit code is tested below
+    assert any(re.search(expected, p) for p in problems), problems
+
+
+def test_check_cli_exits_non_zero_with_the_list(run, tmp_path):
+    root, _ = run
+    d = tmp_path / "t"
+    shutil.copytree(root / "results/t", d)
+    _rollout_in_wrong_shard(d)
+    _label_incomplete(d)
     r = _rewardprof("check", str(d))
     assert r.returncode == 1, r.stdout
-    assert re.search(expected, r.stdout), r.stdout
+    assert re.search(r"problem\(s\):\n  - .*belong to another shard", r.stdout), r.stdout
+    assert "label 'a': incomplete" in r.stdout
+
+
+# --- rewardprof estimate -------------------------------------------------------------------
+
+def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
+    import yaml
+
+    root, _ = run
+    full = yaml.safe_load((root / "run.yaml").read_text())
+    full["num_shards"] = 4
+    for e in full["entries"]:
+        e["num_repeats"] = 8
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(full))
+    r = _rewardprof("estimate", str(root / "results/t"), "--target-config",
+                    str(tmp_path / "full.yaml"), "--gpus", "2", "--tasks", "a=1000",
+                    "--base-dir", str(root), "--out", str(tmp_path / "est"))
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "est/estimate.json").read_text())
+    a, b = res["labels"]
+    assert (a["tasks"], a["rollouts"]) == (1000, 8000)
+    assert (b["tasks"], b["rollouts"]) == (4, 32)  # counted from data/b.jsonl
+    assert a["basis"] == b["basis"] == "label"
+    assert a["rollouts_per_gpu_hour"] > 0
+    assert a["gpu_hours"] == pytest.approx(8000 / a["rollouts_per_gpu_hour"], rel=1e-3)
+    # label a: one of four tasks at p = .5, the rest at 0 or 1 or unscored
+    assert a["useful_fraction"] == pytest.approx((1 - 2 * 0.5 ** 8) / 4, abs=1e-3)
+    assert res["pilot"]["rollouts"] == 32 and res["pilot"]["jobs"] == 2
+    assert res["total"]["gpu_hours"] == pytest.approx(a["gpu_hours"] + b["gpu_hours"],
+                                                      rel=1e-3)
+    assert "| label | basis | tasks |" in r.stdout
+    assert (tmp_path / "est/estimate.md").read_text().strip() == r.stdout.strip()
