@@ -117,8 +117,9 @@ def main() -> None:
             n = min(args.max_n, K)
             parts.append(f"trivial verifier {r['rate']:.0f} rollouts/s on one core "
                          f"({r['rollouts']} rollouts, n={n} requests, concurrency "
-                         f"{args.concurrency}; client {r['cpu']:.0%} of a core, server "
-                         f"{server_cpu:.0%}) [target >= 2000]")
+                         f"{args.concurrency}; client {r['cpu']:.0%} of a core = "
+                         f"{r['rate'] / max(r['cpu'], 1e-9):.0f} rollouts per client "
+                         f"CPU-second; server {server_cpu:.0%}) [target >= 2000]")
         if args.mode in ("math", "both"):
             r = run_pipeline(base_url, "math", args.math_rollouts // K, work, args.max_n,
                              args.concurrency, args.math_workers)

@@ -35,7 +35,11 @@ TASKS_SCHEMA = pa.schema(
         ("row", pa.string()),  # the original row, canonical JSON text
     ]
 )
-_BATCH = 2048
+# Rows per batch = per Parquet row group. Large groups and pages let zstd see more text at once
+# (1/19 -> 1/20+ of the reference's JSONL x 8 on synthetic rows; docs/benchmarks.md) while
+# memory stays O(batch), not O(source).
+_BATCH = 16384
+_PAGE_BYTES = 8 << 20
 
 
 def canonical_json(row: dict[str, Any]) -> str:
@@ -113,7 +117,7 @@ def materialize(cfg: Config, tasks_out: str | Path, report_out: str | Path,
     offset = 0
     with atomic_path(tasks_out) as tmp_tasks:
         writer = pq.ParquetWriter(tmp_tasks, TASKS_SCHEMA, compression="zstd",
-                                  compression_level=3)
+                                  compression_level=3, data_page_size=_PAGE_BYTES)
         try:
             for entry in cfg.entries:
                 is_file = not isinstance(entry.source, GeneratorSource)

@@ -15,7 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.atomic import atomic_path, write_json_atomic
@@ -66,10 +69,7 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
         raise MergeError(f"{n} (task_index, rollout_index) pairs missing or extra in the "
                          f"shard outputs; rerun the affected shards")
     scan = scan_journal(Path(journal_dir))
-    journal_ids = set(scan.keys.column("task_id").to_pylist())
-    orphaned_ids = journal_ids - set(tasks["task_id"])
-    orphaned = int(pd.Series(scan.keys.column("task_id").to_pylist()).isin(orphaned_ids).sum())
-    rekeyed = _rekeyed(scan.keys.select(["task_index", "task_id"]).to_pandas(), tasks)
+    orphaned, orphaned_ids, rekeyed = _journal_counts(scan.keys, tasks)
     by_label = (keys.assign(label=keys["task_index"].map(tasks["label"]))
                 .groupby(["label", "status"]).size().unstack(fill_value=0))
     report = {
@@ -79,7 +79,7 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
         "by_label": {lbl: {k: int(v) for k, v in row.items() if v}
                      for lbl, row in by_label.iterrows()},
         "orphaned_journal_records": orphaned,
-        "orphaned_task_ids": len(orphaned_ids),
+        "orphaned_task_ids": orphaned_ids,
         "rekeyed_journal_records": rekeyed,
         "shards": [str(p) for p in shard_paths],
         "journal": str(journal_dir),
@@ -92,13 +92,27 @@ def merge(shard_paths: list[str | Path], tasks_path: str | Path, journal_dir: st
     return report
 
 
-def _rekeyed(journal_keys: pd.DataFrame, tasks: pd.DataFrame) -> int:
-    """Journal records of a task that is still in the table, under another task_index (the
-    table was re-materialized and the task moved): used under the task's new index."""
-    current = journal_keys[journal_keys["task_id"].isin(set(tasks["task_id"]))]
-    pairs = pd.MultiIndex.from_arrays([tasks.index, tasks["task_id"]])
-    here = pd.MultiIndex.from_frame(current[["task_index", "task_id"]]).isin(pairs)
-    return int((~here).sum())
+def _journal_counts(keys: pa.Table, tasks: pd.DataFrame) -> tuple[int, int, int]:
+    """(orphaned records, their distinct task ids, re-keyed records) of the journal's keys.
+
+    Orphaned: the task_id is no longer in the tasks table. Re-keyed: the task is still there
+    but not at the record's task_index (the table was re-materialized and the task moved); it
+    is used under the task's new index. Arrow hash lookups: a sweep's journal holds millions
+    of records (docs/benchmarks.md, "merge + profile")."""
+    if keys.num_rows == 0:
+        return 0, 0, 0
+    t_id = pa.array(tasks["task_id"].astype(object).to_numpy(), pa.string())
+    jid = keys.column("task_id")
+    by_id = pc.index_in(jid, value_set=t_id)  # first task carrying the record's task_id
+    orphan = pc.is_null(by_id)
+    orphaned = int(pc.sum(orphan.cast(pa.int64())).as_py() or 0)
+    orphaned_ids = int(pc.count_distinct(jid.filter(orphan)).as_py()) if orphaned else 0
+    pid = by_id.fill_null(-1).to_numpy(zero_copy_only=False)
+    at = (pc.index_in(keys.column("task_index"), value_set=pa.array(tasks.index.to_numpy()))
+          .fill_null(-1).to_numpy(zero_copy_only=False))
+    id_class = pc.index_in(t_id, value_set=t_id).to_numpy(zero_copy_only=False)
+    exact = (at >= 0) & (id_class[np.maximum(at, 0)] == pid)
+    return orphaned, orphaned_ids, int(((pid >= 0) & ~exact).sum())
 
 
 def journal_notes(report_path: str | Path, since: float = 0.0) -> list[str]:
