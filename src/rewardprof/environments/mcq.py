@@ -9,7 +9,9 @@ Extraction, first rule that finds something wins:
 1. the last complete `\\boxed{...}`: a single option letter (`B`, `(B)`, `[B]`, `\\text{B}`),
    or exactly one option's text;
 2. the last `Answer: ...` line: a letter, or exactly one option's text;
-3. option text: the completion's last non-empty line equals exactly one option's text.
+3. option text: the completion's last non-empty line equals exactly one option's text, or
+   reads "B: text" / "B) text" where the text is option B's (a letter whose text is another
+   option's, "D: Red" with Red under C, is ambiguous).
 An answer naming several letters (`\\boxed{A, C}`, `Answer: A or B`) is ambiguous and wrong
 (reward 0 with reason "ambiguous"); no answer at all is reward 0 with reason "no_answer".
 """
@@ -19,13 +21,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardprof.environments._options import check_options
+from rewardprof.environments._options import check_options, with_example
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
 from rewardprof.environments.math import last_boxed
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
+# options.few_shot: one worked exchange before the task, in the format the verifier reads.
+FEW_SHOT = [{"role": "user", "content": f"What is 1 + 1?\n\nA: 3\nB: 2\nC: 5\n\n{MCQ_INSTRUCTION}"},
+            {"role": "assistant", "content": "1 + 1 = 2, which is option B.\n\\boxed{B}"}]
 _ANSWER_RE = re.compile(r"(?im)^[\s*#>_]*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+?)\s*$")
 _WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LETTER_AND_TEXT = re.compile(r"(?<![A-Za-z])\(?([A-Z])\s*[:.)]\s+(.+?)\s*$")
 _LETTER_TOKEN = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
 
 
@@ -86,7 +92,8 @@ def _letters_in(candidate: str, options: dict[str, str]) -> tuple[str | None, bo
 
 
 def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None, str]:
-    """(letter, how) where how is boxed | answer_colon | option_text | ambiguous | no_answer."""
+    """(letter, how): how is boxed | answer_colon | option_text | letter_and_text, or
+    ambiguous | no_answer with letter None."""
     boxed = last_boxed(completion)
     if boxed is not None:
         letter, ambiguous = _letters_in(boxed, options)
@@ -106,6 +113,14 @@ def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None
         letter = _match_text(lines[-1], options)
         if letter:
             return letter, "option_text"
+        # "B: London" / "... is B) London": letter and text must name the same option.
+        m = _LETTER_AND_TEXT.search(lines[-1])
+        if m and m.group(1) in options:
+            by_text = _match_text(m.group(2), options)
+            if by_text == m.group(1):
+                return by_text, "letter_and_text"
+            if by_text is not None:
+                return None, "ambiguous"  # "D: Red" when Red is C
     return None, "no_answer"
 
 
@@ -115,7 +130,7 @@ class MCQEnvironment(Environment):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
-        check_options(self.name, self.options, [])
+        check_options(self.name, self.options, ["few_shot"])
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -133,8 +148,10 @@ class MCQEnvironment(Environment):
         if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
             listed = "\n".join(f"{k}: {v}" for k, v in parse_options(row).items())
             text = f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
-            return [{"role": "user", "content": text}]
-        return super().prompt(row)
+            messages = [{"role": "user", "content": text}]
+        else:
+            messages = super().prompt(row)
+        return with_example(messages, FEW_SHOT) if self.options.get("few_shot") else messages
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         options = parse_options(row)

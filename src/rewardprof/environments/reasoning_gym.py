@@ -16,7 +16,7 @@ import re
 from functools import cache
 from typing import Any
 
-from rewardprof.environments._options import check_options
+from rewardprof.environments._options import check_options, with_example
 from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext
 from rewardprof.environments.math import last_boxed
 from rewardprof.records import FailureKind
@@ -25,6 +25,9 @@ ANSWER_INSTRUCTION = (
     "Think briefly, then give only the final answer between <answer> and </answer> tags, "
     "for example <answer>42</answer>."
 )
+# options.few_shot: one worked exchange before the task, in the format the verifier reads.
+FEW_SHOT = [{"role": "user", "content": f"Calculate 2 + 3.\n\n{ANSWER_INSTRUCTION}"},
+            {"role": "assistant", "content": "2 + 3 = 5.\n<answer>5</answer>"}]
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 
 
@@ -72,7 +75,7 @@ class ReasoningGymEnvironment(Environment):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
-        check_options(self.name, self.options, ["timeout_s"])
+        check_options(self.name, self.options, ["timeout_s", "few_shot"])
 
     def warm(self) -> None:
         """Import reasoning-gym now, e.g. before a fork-based pool starts (saves ~3 s/worker)."""
@@ -90,8 +93,10 @@ class ReasoningGymEnvironment(Environment):
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
-            return [{"role": "user", "content": f"{row['question']}\n\n{ANSWER_INSTRUCTION}"}]
-        return super().prompt(row)
+            messages = [{"role": "user", "content": f"{row['question']}\n\n{ANSWER_INSTRUCTION}"}]
+        else:
+            messages = super().prompt(row)
+        return with_example(messages, FEW_SHOT) if self.options.get("few_shot") else messages
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         task = task_name(row)

@@ -10,7 +10,7 @@ from rewardprof.config import GeneratorSource
 from rewardprof.environments import RowError, get_environment_class, make_environment
 from rewardprof.generators import GeneratorError, generate_rows
 
-from .env_helpers import run
+from .env_helpers import DATA, run
 
 
 def spec(**kw) -> GeneratorSource:
@@ -135,3 +135,24 @@ def test_example_data_rows_are_valid_for_their_environment(env_name):
     for row in rows:
         env.check_row(row)
         assert "responses_create_params" in row and env.prompt(row)[-1]["content"]
+
+
+@pytest.mark.parametrize("env_name", ["mcq", "reasoning_gym"])
+def test_few_shot_option_prepends_one_worked_example(env_name, ctx):
+    row = next(json.loads(line) for line in (
+        DATA / ("mcq.jsonl" if env_name == "mcq" else "reasoning_gym.jsonl")).open())["row"]
+    row = {**row, "responses_create_params": {"input": [
+        {"role": "system", "content": "Be brief."}, *row["responses_create_params"]["input"]]}}
+    plain = make_environment(env_name).prompt(row)
+    shot = make_environment(env_name, {"few_shot": True}).prompt(row)
+    assert [m["role"] for m in shot] == ["system", "user", "assistant", *[m["role"] for m in
+                                                                          plain[1:]]]
+    assert shot[-1] == plain[-1] and shot[0] == plain[0]
+    # the example's own answer is in exactly the format the verifier reads
+    example_row = row if env_name == "reasoning_gym" else {**row, "options": [
+        {"A": "3"}, {"B": "2"}, {"C": "5"}], "expected_answer": "B"}
+    if env_name == "reasoning_gym":
+        example_row = {**row, "question": "Calculate 2 + 3.", "answer": "5",
+                       "metadata": {"source_dataset": "basic_arithmetic", "expression": "2 + 3"}}
+    v = run(make_environment(env_name).verify(example_row, shot[2]["content"], ctx))
+    assert (v.status, v.reward) == ("ok", 1.0), v
