@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import endpoint_config, math_row, require_piece, write_config, write_jsonl
+from helpers import endpoint_config, math_row, require_piece, write_config, write_jsonl
 from slurm_helpers import REPO, last_job_id, profile_args, slurm_available, slurm_jobs
 
 from rewardprof.rollout.journal import scan_journal

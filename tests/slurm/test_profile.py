@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import endpoint_config, math_row, require_piece, snakemake, write_config, write_jsonl
+from helpers import endpoint_config, math_row, require_piece, snakemake, write_config, write_jsonl
 from slurm_helpers import (
     PROFILE,
     REPO,

@@ -1,4 +1,4 @@
-from conftest import REPO
+from helpers import REPO
 
 from rewardprof.config import Config, Engine, Entry, Profile, Rollout, Sampling
 from rewardprof.configdoc import render_markdown

@@ -4,7 +4,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import math_row, write_jsonl
+from helpers import math_row, write_jsonl
 
 from rewardprof.config import validate_config
 from rewardprof.materialize import make_task_id, materialize

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import endpoint_config, snakemake, write_config
+from helpers import endpoint_config, snakemake, write_config
 
 from rewardprof.testing.fake_server import FakeOpenAI
 

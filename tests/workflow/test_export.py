@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.check import check_run
 from rewardprof.testing.fake_server import FakeOpenAI

@@ -13,7 +13,7 @@ import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from conftest import endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted

@@ -1,0 +1,71 @@
+"""Helpers shared by the test layers (imported as `helpers`; conftest.py holds fixtures only,
+so per-directory conftest files never shadow these). Tests that need a piece (engine, Slurm)
+skip on a laptop without it, but under CI=true a missing piece is a failure, never a skip."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_piece(name: str, available: bool, how: str = "") -> None:
+    """Skip (laptop) or fail (CI=true) when a piece the test needs is missing."""
+    if available:
+        return
+    msg = f"{name} is not available{': ' + how if how else ''}"
+    if IN_CI:
+        pytest.fail(f"CI=true: {msg}")
+    pytest.skip(msg)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def math_row(question: str, answer: str) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": question}]},
+            "expected_answer": answer}
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
+    """Run the real Snakefile in `workdir` (CLI, like a user); returns CompletedProcess."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--cores", "2", *args]
+    full_env = dict(os.environ)
+    # the rules call `rewardprof`; make sure the venv's bin is on PATH
+    full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
+    full_env.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=workdir)
+
+
+def endpoint_config(base_url: str, entries: list[dict], **overrides) -> dict:
+    cfg = {"run": "t", "num_shards": 2, "entries": entries,
+           "engine": {"mode": "endpoint", "base_url": base_url, "model": "fake-model"},
+           "rollout": {"concurrency": 4, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
+                       "verify_workers": 1}}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    return cfg
+
+
+def write_config(workdir: Path, cfg: dict) -> Path:
+    import yaml
+
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
