@@ -50,9 +50,12 @@ def label_summary(prof: pd.DataFrame, report: dict[str, Any],
               if rollouts is not None else None)
     pass_at = [c for c in prof.columns if c.startswith("pass@")]
     kinds = [c for c in prof.columns if c.startswith("num_failed/")]
+    ti = prof["task_index"].to_numpy()
+    ordered = bool(len(ti) == 0 or (ti[0] == 0 and (np.diff(ti) == 1).all()))
     rows = []
     for i, e in enumerate(report["entries"]):
-        part = prof[(prof["task_index"] >= e["start"]) & (prof["task_index"] < e["end"])]
+        part = (prof.iloc[e["start"]:e["end"]] if ordered else
+                prof[(prof["task_index"] >= e["start"]) & (prof["task_index"] < e["end"])])
         expected = int(part["expected_num_rollouts"].sum())
         rate = part["pass_rate"]
         has = rate.notna()
