@@ -110,10 +110,11 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 # no slurmdbd: sacct has nothing to ask; status comes from slurmctld (squeue), which keeps a
-# finished job for MinJobAge seconds (must be >= 3x the profile's first status-check delay)
+# finished job for MinJobAge seconds (must be >= 3x the profile's first status-check delay).
+# Default 300; an hour here so that tests can still list every job of a slow run at its end.
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-MinJobAge=300
+MinJobAge=3600
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # a job without --mem must not take the whole node
