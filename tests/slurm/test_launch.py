@@ -15,8 +15,23 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from helpers import endpoint_config, math_row, require_piece, write_config, write_jsonl
-from slurm_helpers import REPO, last_job_id, profile_args, slurm_available, slurm_jobs
+from helpers import (
+    endpoint_config,
+    math_row,
+    require_piece,
+    snakemake,
+    write_config,
+    write_jsonl,
+)
+from slurm_helpers import (
+    REPO,
+    last_job_id,
+    profile_args,
+    scheduled_rules,
+    slurm_available,
+    slurm_jobs,
+    submitted,
+)
 
 from rewardprof.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
@@ -101,6 +116,9 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
     log_dir = tmp_path / "launch"
     with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.5) as server:
         cfg = _setup(tmp_path, server.base_url)
+        # tasks and shards locally (on Slurm in test_profile): here the controller matters
+        r = snakemake(tmp_path, "--configfile", str(cfg), "--until", "shard")
+        assert r.returncode == 0, r.stderr[-3000:]
         before = last_job_id()
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         r = subprocess.run(
@@ -142,12 +160,19 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
     status, value = pickle_load(result)
     assert status == "success" and value == 0, value
 
-    jobs = slurm_jobs(before)
-    rules = {j.rule for j in jobs if j.job_id != ctrl}
-    assert {"materialize", "rollout", "merge", "profile"} <= rules, jobs
-    # the first controller's rollout jobs were cancelled by it, then resubmitted
-    cancelled = [j for j in jobs if j.rule == "rollout" and j.state == "CANCELLED"]
-    assert cancelled, jobs
+    # every job the controllers' Snakemake sent to the cluster is a Slurm job of that rule
+    err = (log_dir / str(ctrl) / f"{ctrl}_0_log.err").read_text()
+    remote, _ = scheduled_rules(err)
+    assert "rollout" in remote, err[-3000:]
+    ids = submitted(err)
+    jobs = {j.job_id: j for j in slurm_jobs(before)}
+    assert set(ids.values()) == remote - {"all"}, (ids, remote)
+    for jid, rule in ids.items():
+        assert jobs[jid].rule == rule, jobs[jid]
+    # the first controller cancelled its rollout jobs; the second one's jobs completed
+    states = sorted((jobs[j].comment, jobs[j].state) for j in ids if ids[j] == "rollout")
+    assert [s for _, s in states].count("CANCELLED") >= 1, states
+    assert all(jobs[j].state == "COMPLETED" for j in ids if ids[j] != "rollout"), jobs
     _check_outputs(tmp_path, requests)
 
 
