@@ -6,8 +6,10 @@ and engine on the same kind of hardware:
 * engine time: per rollout job (journal writer), the span from its first request to its last
   finished rollout: what the job held its GPUs for while generating (verification stalls
   included). Summed over jobs, times --gpus-per-engine, this is the pilot's GPU-hours.
-* per label: the GPU-hours are split over labels in proportion to engine latency (a request's
-  latency divided among its n samples), so long-output environments cost more. Rollouts per
+* per label: the GPU-hours are split over labels in proportion to their output tokens (+1 per
+  rollout): a batched engine spends its time decoding, so long-output environments cost more.
+  `--cost-by latency` splits by engine latency per sample instead (a request's latency over its
+  n samples), which also charges queueing behind other requests in flight. Rollouts per
   GPU-hour = the label's rollouts / its share of GPU-hours.
 * startup overhead per job: the rollout rule's benchmark (benchmarks/rollout/*.tsv) minus the
   job's generation span: engine start, loading the shard, writing outputs.
@@ -58,7 +60,8 @@ def _startup_overhead(run: Path, spans: pd.Series) -> float | None:
     return float(np.mean(out)) if out else None
 
 
-def measure_pilot(run_dir: str | Path, gpus_per_engine: int = 1) -> dict[str, Any]:
+def measure_pilot(run_dir: str | Path, gpus_per_engine: int = 1,
+                  cost_by: str = "tokens") -> dict[str, Any]:
     run = Path(run_dir)
     report = json.loads((run / "materialize/report.json").read_text())
     r = pq.read_table(run / "rollouts.parquet", columns=_COLS).to_pandas()
@@ -69,7 +72,10 @@ def measure_pilot(run_dir: str | Path, gpus_per_engine: int = 1) -> dict[str, An
     engine_s = float(span_s.sum())
     gpu_h = engine_s * gpus_per_engine / 3600
     r["label"] = _label_of(report, r["task_index"].to_numpy())
-    r["cost"] = r["latency_s"].fillna(0) / r["request_n"].fillna(1).clip(lower=1)
+    if cost_by == "latency":
+        r["cost"] = r["latency_s"].fillna(0) / r["request_n"].fillna(1).clip(lower=1)
+    else:  # a batched engine's time goes mostly to decoding: output tokens (+1 per rollout)
+        r["cost"] = r["completion_tokens"].fillna(0).astype(float) + 1.0
     total_cost = float(r["cost"].sum()) or 1.0
     prof = pq.read_table(run / "profile/tasks.parquet", columns=["label", "pass_rate"]).to_pandas()
     labels = {}
@@ -88,7 +94,7 @@ def measure_pilot(run_dir: str | Path, gpus_per_engine: int = 1) -> dict[str, An
         }
     return {"run_dir": str(run), "rollouts": len(r), "jobs": len(spans),
             "engine_hours": _r(engine_s / 3600, 6), "gpu_hours": _r(gpu_h, 6),
-            "gpus_per_engine": gpus_per_engine,
+            "gpus_per_engine": gpus_per_engine, "cost_by": cost_by,
             "rollouts_per_gpu_hour": _r(len(r) / gpu_h) if gpu_h > 0 else None,
             "output_tokens_per_gpu_hour": _r(r["completion_tokens"].sum() / gpu_h)
             if gpu_h > 0 else None,
@@ -207,7 +213,8 @@ def to_markdown(res: dict[str, Any]) -> str:
              f"{p['gpu_hours']} GPU-hours of generation ({p['gpus_per_engine']} GPU(s) per "
              f"engine): {p['rollouts_per_gpu_hour']:,} rollouts and "
              f"{p['output_tokens_per_gpu_hour']:,} output tokens per GPU-hour; startup "
-             f"overhead {p['startup_overhead_s']} s per job.", "",
+             f"overhead {p['startup_overhead_s']} s per job; GPU-hours split over labels by "
+             f"{'output tokens' if p.get('cost_by', 'tokens') == 'tokens' else 'latency'}.", "",
              "## Pilot, per label", ""]
     pk = [k for k in res["pilot_labels"][0] if k.startswith("useful_fraction")] \
         if res["pilot_labels"] else []
@@ -234,7 +241,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     for item in args.tasks or []:
         label, _, n = item.partition("=")
         tasks[label] = int(n)
-    pilot = measure_pilot(args.run_dir, args.gpus_per_engine)
+    pilot = measure_pilot(args.run_dir, args.gpus_per_engine, args.cost_by)
     res = estimate(pilot, target, args.gpus, args.gpus_per_engine, tasks or None,
                    Path(args.base_dir) if args.base_dir else None)
     md = to_markdown(res)
@@ -256,6 +263,9 @@ def register(sub: Any) -> None:
                    help="GPUs per vLLM engine, pilot and sweep alike (default 1)")
     p.add_argument("--tasks", action="append", metavar="LABEL=N",
                    help="task count of a label instead of counting its source (repeatable)")
+    p.add_argument("--cost-by", choices=["tokens", "latency"], default="tokens",
+                   help="split the pilot's GPU-hours over labels by output tokens (default) or "
+                   "by engine latency per sample")
     p.add_argument("--base-dir", default=None, help="relative sources resolve here (default .)")
     p.add_argument("--out", default=None, help="also write estimate.md + estimate.json here")
     p.set_defaults(func=_cmd_estimate)
