@@ -51,12 +51,12 @@ def run_materialize(src_dir: Path, mb: float, out: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--small", action="store_true", help="smoke size (4 MB / 16 MB)")
+    p.add_argument("--small", action="store_true", help="smoke size (1 MB / 4 MB)")
     p.add_argument("--mb", type=float, default=256.0, help="size of the 1x sources, MB")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="keep the generated files")
     args = p.parse_args()
-    mb = 4.0 if args.small else args.mb
+    mb = 1.0 if args.small else args.mb
     out = args.out or default_out("materialize")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

@@ -70,8 +70,9 @@ def prepare(d: Path, num_tasks: int, other_shards: int) -> None:
     journaled = pairs - pairs // 1000  # 99.9%: the last tasks were never generated
     ti_all = np.repeat(np.arange(num_tasks), K)[:journaled]
     ri_all = np.tile(np.arange(K), num_tasks)[:journaled]
-    seg_end = journaled - TAIL
+    seg_end = journaled - min(TAIL, journaled // 10)
     writer = "s0of1-1700000000-host-1"
+    seq = -1
     for seq, a in enumerate(range(0, seg_end, SEGMENT)):
         b = min(a + SEGMENT, seg_end)
         ti, ri = ti_all[a:b], ri_all[a:b]

@@ -81,17 +81,29 @@ def with_key(objects: pa.ChunkedArray, key: str, value: pa.ChunkedArray) -> pa.C
 def write_lines(lines: pa.ChunkedArray, path: str | Path) -> int:
     """Write one element per line, atomically; returns the number of lines."""
     with atomic_path(Path(path)) as tmp, tmp.open("wb") as f:
-        for chunk in lines.chunks:
-            if len(chunk) == 0:
-                continue
-            # with no nulls, the value buffer between the first and last offset is the text
-            chunk = pc.binary_join_element_wise(pc.fill_null(chunk, "null"), "\n", "")
-            width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
-            offsets = np.frombuffer(chunk.buffers()[1], dtype=width)
-            start, end = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
-            f.write(memoryview(chunk.buffers()[2])[start:end])
+        _write_chunks(lines, f)
     return len(lines)
 
 
+def _write_chunks(lines: pa.ChunkedArray, f) -> None:
+    for chunk in lines.chunks:
+        if len(chunk) == 0:
+            continue
+        # with no nulls, the value buffer between the first and last offset is the text
+        chunk = pc.binary_join_element_wise(pc.fill_null(chunk, "null"), "\n", "")
+        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=width)
+        start, end = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+        f.write(memoryview(chunk.buffers()[2])[start:end])
+
+
+# Rows per slice: an Arrow string array holds at most 2 GB, and a sweep's profile (~750k rows
+# with their 1-2 kB `sample`) is more than that as JSON text; slices also bound memory.
+SLICE_ROWS = 32768
+
+
 def write_table_jsonl(table: pa.Table, path: str | Path, raw: tuple[str, ...] = ()) -> int:
-    return write_lines(json_objects(table, raw), path)
+    with atomic_path(Path(path)) as tmp, tmp.open("wb") as f:
+        for start in range(0, table.num_rows, SLICE_ROWS):
+            _write_chunks(json_objects(table.slice(start, SLICE_ROWS), raw), f)
+    return table.num_rows
