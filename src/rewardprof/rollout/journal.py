@@ -161,18 +161,27 @@ def scan_journal(journal_dir: Path) -> JournalScan:
     sources: list[Path | pa.Table] = []
     torn = bad = 0
     for path in journal_files(journal_dir):
+        if path.suffix == ".jsonl":
+            try:
+                full, n_torn = _read_tail(path)
+            except FileNotFoundError:
+                # Another shard's live writer compacted this tail since the listing: it wrote
+                # the segment of the same name first, then deleted the tail. (No tail of this
+                # shard's own tasks can vanish: their writers are dead or hold our lock.)
+                path = path.with_suffix(".parquet")
+                if not path.exists():
+                    continue  # an empty tail, closed
+            else:
+                torn += n_torn
+                t = full.select(KEY_COLUMNS)
+                source: Path | pa.Table = full
         if path.suffix == ".parquet":
             try:
                 t = pq.read_table(path, columns=KEY_COLUMNS)
             except Exception:  # a segment is renamed into place whole; unreadable = foreign
                 bad += 1
                 continue
-            source: Path | pa.Table = path
-        else:
-            full, n_torn = _read_tail(path)
-            torn += n_torn
-            t = full.select(KEY_COLUMNS)
-            source = full
+            source = path
         src = len(sources)
         sources.append(source)
         parts.append(t.append_column("_src", pa.array([src] * t.num_rows, pa.int32()))

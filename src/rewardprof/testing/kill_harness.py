@@ -173,7 +173,10 @@ def _journal_ok(journal: Path) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
-def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float = 120) -> int:
+def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float = 120,
+                 started: Any = None) -> int:
+    """Run one attempt; with kill_after, SIGKILL it that many seconds after `started()`
+    turns true (default: at once), unless it finished first. Returns the exit code."""
     if mode == "fork":
         proc = _context().Process(target=_attempt, args=(spec,))
         proc.start()
@@ -192,6 +195,9 @@ def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float
                 return popen.wait(t)
             except subprocess.TimeoutExpired:
                 return None
+    if kill_after is not None and started is not None:
+        while not started() and wait(0.01) is None:
+            pass
     if kill_after is not None and wait(kill_after) is None:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -243,9 +249,12 @@ def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = Non
         faults = 0.0 if clean else p["fault_rate"]
         frng = random.Random(seed * 1000 + attempt)
         server.fault_fn = (lambda body, r=frng, f=faults: "500" if r.random() < f else None)
-        kill_after = None
+        kill_after, started = None, None
         if not clean and point == "random":
-            kill_after = rng.uniform(0.0, 0.6 if mode == "fork" else 3.0)
+            # mostly mid-generation (after the attempt's first request), sometimes at start-up
+            kill_after = rng.uniform(0.0, 0.6)
+            if rng.random() < 0.8:
+                started = lambda n=first_request: len(server.requests) > n  # noqa: E731
         attempt_spec = dict(spec)
         if not clean and point != "random":
             nth = {"torn_line": rng.randint(1, total),
@@ -254,7 +263,7 @@ def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = Non
                    }.get(point, 1)
             attempt_spec.update(point=point, nth=nth)
         out_before = Path(spec["out"]).exists()
-        code = _run_attempt(mode, attempt_spec, kill_after)
+        code = _run_attempt(mode, attempt_spec, kill_after, started=started)
         asked = kit.request_pairs(server.requests[first_request:])
         reasked = sorted(set(asked) & have)
         if reasked:

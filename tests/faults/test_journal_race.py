@@ -1,0 +1,52 @@
+"""Shards of one layout run at once over one journal directory: a scan must survive another
+shard's live writer compacting (or closing) its tail between the listing and the read. Found by
+tests/workflow/test_resilience.py: `FileNotFoundError: ...s0of2-...000000.jsonl` in shard 1."""
+
+from __future__ import annotations
+
+from rewardprof.rollout import journal
+from rewardprof.rollout.journal import JournalWriter, scan_journal
+
+
+def _rec(ri: int) -> dict:
+    return {"task_index": 0, "rollout_index": ri, "task_id": "A", "status": "ok",
+            "reward": 1.0, "gen_key": "g", "finished_at": float(ri), "completion": "x"}
+
+
+def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
+    other = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    for r in range(3):
+        other.append(_rec(r))
+    real = journal._read_tail
+    raced = []
+
+    def racing(path):
+        if not raced:
+            raced.append(path.name)
+            other.roll()  # segment written, tail deleted: after the listing, before the read
+        return real(path)
+
+    monkeypatch.setattr(journal, "_read_tail", racing)
+    scan = scan_journal(tmp_path)
+    assert raced == ["s0of2-1-host-1-0.000000.jsonl"]
+    assert sorted(scan.keys.column("rollout_index").to_pylist()) == [0, 1, 2]
+    assert scan.bad_files == 0
+    # the rows are readable through the segment that replaced the tail
+    table = next(journal.read_rows(scan, {0: [0, 1, 2]}))
+    assert table.column("completion").to_pylist() == ["x", "x", "x"]
+
+
+def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
+    done = JournalWriter(tmp_path, "s1of2-1-host-2-0", interval_s=3600, max_records=1000)
+    done.append(_rec(0))
+    done.close()  # a segment, no tail
+    live = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    real = journal._read_tail
+
+    def racing(path):
+        live.close()  # nothing written: the empty tail is deleted
+        return real(path)
+
+    monkeypatch.setattr(journal, "_read_tail", racing)
+    scan = scan_journal(tmp_path)
+    assert scan.keys.num_rows == 1
