@@ -46,11 +46,12 @@ def api_key_from_env(cfg: Config) -> str | None:
 def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[Endpoint]:
     if cfg.engine.mode == "endpoint":
         assert cfg.engine.base_url is not None
-        from rewardprof.preflight import check_endpoint
+        from rewardprof.preflight import check_endpoint, public_url
 
         check_endpoint(cfg)  # down, wrong key or wrong model: one line naming the URL, now
+        # the identity is recorded on every rollout: never with a URL's user:password
         yield Endpoint(cfg.engine.base_url, cfg.model_name, api_key_from_env(cfg),
-                       identity=f"endpoint:{cfg.engine.base_url}")
+                       identity=f"endpoint:{public_url(cfg.engine.base_url)}")
         return
     from rewardprof.engine_server import serve
 

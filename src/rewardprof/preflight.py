@@ -12,6 +12,7 @@ Messages never contain the API key, and a URL's user:password part is masked.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import urllib.error
@@ -65,8 +66,16 @@ def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:
         raise ConfigError(str(exc)) from None
     url = cfg.engine.base_url.rstrip("/") + "/models"
     shown = public_url(url)
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"}
-                                     if key else {})
+    headers = {}
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is not None:  # urllib cannot take user:password from the URL itself
+        host = parts.hostname + (f":{parts.port}" if parts.port else "")
+        url = urllib.parse.urlunsplit(parts._replace(netloc=host))
+        userinfo = f"{parts.username}:{parts.password or ''}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(userinfo).decode()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             payload = json.loads(resp.read().decode("utf-8", "replace"))
