@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rewardprof.atomic import write_json_atomic
+from rewardprof.atomic import atomic_path, write_json_atomic
 from rewardprof.config import Config
-from rewardprof.jsonl import json_objects, with_key, write_lines
+from rewardprof.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
 
 REASONS = ["no_rollouts", "all_fail", "all_pass", "below_min_pass_rate", "above_max_pass_rate",
            "low_grpo_signal"]
@@ -105,14 +106,11 @@ def export(cfg: Config, profile_path: str | Path, report_path: str | Path,
     fields = [f for f in PROFILE_FIELDS if f in table.column_names]
     fields += [c for c in table.column_names if c.startswith("pass@")]
     prof = kept_table.select(fields).append_column("weight", pa.array(weight[kept]))
-    lines = _attach(kept_table.column("sample"), json_objects(prof), cfg.export.profile_key)
+    _write_files(kept_table, prof, ti[kept], report, out, cfg.export.profile_key)
 
-    kept_ti = ti[kept]
     total_kept = int(kept.sum())
     labels = []
     for e, in_range in zip(report["entries"], entry_rows, strict=True):
-        mine = (kept_ti >= e["start"]) & (kept_ti < e["end"])
-        write_lines(lines.filter(pa.array(mine)), out / "by_label" / f"{e['label']}.jsonl")
         dropped = reason[in_range]
         labels.append({
             "label": e["label"], "environment": e["environment"],
@@ -123,12 +121,32 @@ def export(cfg: Config, profile_path: str | Path, report_path: str | Path,
             "kept_share": round(kept_per_label[e["label"]] / total_kept, 9) if total_kept else None,
             "target_share": cfg.export.target_share.get(e["label"]),
         })
-    write_lines(lines, out / "combined.jsonl")
     result = {"run": cfg.run, "rules": cfg.export.model_dump(mode="json"),
               "tasks": table.num_rows, "kept": total_kept,
               "dropped": table.num_rows - total_kept, "labels": labels, "notes": notes}
     write_json_atomic(out / "report.json", result)
     return result
+
+
+def _write_files(kept: pa.Table, prof: pa.Table, kept_ti: np.ndarray, report: dict[str, Any],
+                 out: Path, key: str) -> None:
+    """combined.jsonl and by_label/<label>.jsonl, written slice by slice (an Arrow string array
+    holds at most 2 GB; a sweep's export is more than that as text)."""
+    entries = report["entries"]
+    starts = np.array([e["start"] for e in entries])
+    entry_of = np.searchsorted(starts, kept_ti, side="right") - 1
+    with ExitStack() as stack:
+        def open_atomic(path: Path):
+            return stack.enter_context(stack.enter_context(atomic_path(path)).open("wb"))
+        combined = open_atomic(out / "combined.jsonl")
+        per_label = [open_atomic(out / "by_label" / f"{e['label']}.jsonl") for e in entries]
+        for start in range(0, kept.num_rows, SLICE_ROWS):
+            sl = slice(start, start + SLICE_ROWS)
+            lines = _attach(kept.column("sample").slice(start, SLICE_ROWS),
+                            json_objects(prof.slice(start, SLICE_ROWS)), key)
+            write_chunks(lines, combined)
+            for i in np.unique(entry_of[sl]):
+                write_chunks(lines.filter(pa.array(entry_of[sl] == i)), per_label[i])
 
 
 def _attach(samples: pa.ChunkedArray, profiles: pa.ChunkedArray, key: str) -> pa.ChunkedArray:

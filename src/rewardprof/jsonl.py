@@ -81,11 +81,11 @@ def with_key(objects: pa.ChunkedArray, key: str, value: pa.ChunkedArray) -> pa.C
 def write_lines(lines: pa.ChunkedArray, path: str | Path) -> int:
     """Write one element per line, atomically; returns the number of lines."""
     with atomic_path(Path(path)) as tmp, tmp.open("wb") as f:
-        _write_chunks(lines, f)
+        write_chunks(lines, f)
     return len(lines)
 
 
-def _write_chunks(lines: pa.ChunkedArray, f) -> None:
+def write_chunks(lines: pa.ChunkedArray, f) -> None:
     for chunk in lines.chunks:
         if len(chunk) == 0:
             continue
@@ -105,5 +105,5 @@ SLICE_ROWS = 32768
 def write_table_jsonl(table: pa.Table, path: str | Path, raw: tuple[str, ...] = ()) -> int:
     with atomic_path(Path(path)) as tmp, tmp.open("wb") as f:
         for start in range(0, table.num_rows, SLICE_ROWS):
-            _write_chunks(json_objects(table.slice(start, SLICE_ROWS), raw), f)
+            write_chunks(json_objects(table.slice(start, SLICE_ROWS), raw), f)
     return table.num_rows

@@ -104,3 +104,37 @@ def test_estimate_arithmetic():
     assert tot["gpu_hours_with_startup"] == pytest.approx(28.8)
     with pytest.raises(ValueError, match="unknown label"):
         estimate(pilot, target, gpus=4, tasks={"zzz": 1, "a": 1, "c": 1})
+
+
+def test_export_files_written_in_slices(tmp_path, monkeypatch):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from rewardprof import export as ex
+
+    monkeypatch.setattr(ex, "SLICE_ROWS", 3)  # slices cross the label boundary at task 5
+    rates = [0.5, 0.0, 0.25, 0.75, 1.0, 0.5, 0.5, 0.0, 0.5, 0.25]
+    n = len(rates)
+    t = pa.table({"task_index": list(range(n)), "task_id": [f"t{i}" for i in range(n)],
+                  "label": ["a"] * 5 + ["b"] * 5, "environment": ["math"] * n,
+                  "num_rollouts": [4] * n, "pass_rate": rates,
+                  "pass_rate_excl_truncated": rates, "grpo_signal": [0.9] * n,
+                  "sample": [json.dumps({"i": i}) if i != 6 else '{"reward_profile":"old"}'
+                             for i in range(n)]})
+    pq.write_table(t, tmp_path / "p.parquet")
+    (tmp_path / "r.json").write_text(json.dumps({"entries": [
+        {"label": "a", "environment": "math", "start": 0, "end": 5},
+        {"label": "b", "environment": "math", "start": 5, "end": 10}]}))
+    res = ex.export(_cfg(), tmp_path / "p.parquet", tmp_path / "r.json", tmp_path / "out")
+    assert (res["kept"], res["dropped"]) == (7, 3)
+
+    def read(name):
+        return [json.loads(x) for x in (tmp_path / "out" / name).read_text().splitlines()]
+    a, b, combined = read("by_label/a.jsonl"), read("by_label/b.jsonl"), read("combined.jsonl")
+    assert [r["i"] for r in a] == [0, 2, 3]
+    assert [r["reward_profile"]["task_index"] for r in b] == [5, 6, 8, 9]
+    assert combined == a + b
+    # a row that already had the key gets it replaced, not duplicated
+    assert b[1] == {"reward_profile": b[1]["reward_profile"]}
+    assert b[1]["reward_profile"]["weight"] == 1.0
