@@ -65,7 +65,7 @@ def test_transient_fault_is_retried_then_ok(tmp_path, server, faults):
 
 
 @pytest.mark.parametrize("header, at_least", [("retry_after=1", 1.0),
-                                              ("retry_after_date=2", 0.9)])
+                                              ("retry_after_date=3", 1.8)])
 def test_429_honours_retry_after(tmp_path, server, header, at_least):
     server.faults.append(f"429:{header}")
     _, rec, _, _ = _run(tmp_path, server)
@@ -79,7 +79,7 @@ def test_429_without_retry_after_backs_off_briefly(tmp_path, server):
     server.faults.extend(["429", "429"])
     _, rec, _, _ = _run(tmp_path, server)
     gaps = [b - a for a, b in zip(server.request_times, server.request_times[1:], strict=False)]
-    assert all(g < 0.5 for g in gaps)
+    assert all(g < 1.0 for g in gaps)  # backoff only: 10-20 ms plus a loaded machine
     assert rec["attempt"].tolist() == [3, 3]
 
 
