@@ -81,7 +81,7 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         require_piece("submitit (the slurm extra)", False, "pip install -e '.[slurm]'")
     from rewardprof.launch import LaunchOptions, launch
 
-    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.3) as server:
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.5) as server:
         cfg = _setup(tmp_path, server.base_url)
         opts = LaunchOptions(cluster="local", log_dir=str(tmp_path / "launch"), time_min=30)
         # submitit's local job inherits our environment; the rules call `rewardprof`
@@ -113,7 +113,7 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
     ok, why = slurm_available()
     require_piece("local Slurm cluster", ok, why)
     log_dir = tmp_path / "launch"
-    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.5) as server:
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.8) as server:
         cfg = _setup(tmp_path, server.base_url)
         # tasks and shards locally (on Slurm in test_profile): here the controller matters
         r = snakemake(tmp_path, "--configfile", str(cfg), "--until", "shard")
