@@ -5,7 +5,8 @@ benchmarks/kill_harness.py (many trials).
 A trial: a fresh tiny math run (random size, K, request grouping, concurrency, journal segment
 size), 1-2 attempts that are SIGKILLed, then a clean attempt. Kill points:
 
-    random             the parent SIGKILLs the attempt after a random delay
+    random             the parent SIGKILLs the attempt 0-0.6 s after its start, its first
+                       request or its first journal write
     torn_line          mid journal append: half a JSONL line is flushed, then SIGKILL
     segment_pre_rename the m-th journal segment is written to its temp file, then SIGKILL
     segment_post_rename the m-th segment is renamed into place, SIGKILL before its tail is
@@ -210,6 +211,14 @@ def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float
     return code
 
 
+def _journal_bytes(journal: Path) -> int:
+    try:
+        return sum(e.stat().st_size for e in os.scandir(journal)
+                   if e.is_file() and not e.name.startswith("."))  # not the lock, not temps
+    except FileNotFoundError:
+        return 0
+
+
 def _params(rng: random.Random) -> dict[str, Any]:
     return {"num_tasks": rng.randint(3, 10), "num_repeats": rng.randint(1, 5),
             "max_n": rng.choice([1, 2, 3, 16]), "concurrency": rng.randint(1, 6),
@@ -251,10 +260,13 @@ def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = Non
         server.fault_fn = (lambda body, r=frng, f=faults: "500" if r.random() < f else None)
         kill_after, started = None, None
         if not clean and point == "random":
-            # mostly mid-generation (after the attempt's first request), sometimes at start-up
             kill_after = rng.uniform(0.0, 0.6)
-            if rng.random() < 0.8:
+            moment = rng.random()
+            if moment < 0.4:  # after the attempt's first request
                 started = lambda n=first_request: len(server.requests) > n  # noqa: E731
+            elif moment < 0.8:  # after its first journal write
+                size0 = _journal_bytes(Path(spec["journal"]))
+                started = lambda b=size0: _journal_bytes(Path(spec["journal"])) > b  # noqa: E731
         attempt_spec = dict(spec)
         if not clean and point != "random":
             nth = {"torn_line": rng.randint(1, total),
