@@ -78,11 +78,14 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     T = len(tasks)
     pos_all = _positions(tasks, rollouts["task_index"].to_numpy())
     known = pos_all >= 0
-    r = rollouts[known]
+    r = rollouts if known.all() else rollouts[known]  # no copy of millions of rows if all known
     pos = pos_all[known]
-    status = r["status"].to_numpy()
+    # status as category codes: comparing millions of Python strings costs seconds and GBs
+    status_cat = pd.Categorical(r["status"])
+    codes, kinds = status_cat.codes, list(status_cat.categories)
+    is_ok = codes == (kinds.index(OK) if OK in kinds else -2)
     reward = r["reward"].to_numpy(dtype=float, na_value=np.nan)
-    ok = (status == OK) & ~np.isnan(reward)
+    ok = is_ok & ~np.isnan(reward)
     truncated = (r["finish_reason"] == "length").to_numpy()
     tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
     has_tokens = ~np.isnan(tokens)
@@ -90,7 +93,8 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(pos[mask], minlength=T)
 
-    cols: dict[str, Any] = {c: tasks[c].to_numpy() for c in
+    # .array keeps Arrow-backed strings as they are (no object-array round trip)
+    cols: dict[str, Any] = {c: tasks[c].array for c in
                             ("task_index", "task_id", "label", "environment")}
     cols.update(_describe(pos[ok], reward[ok], T, "reward"))
     cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
@@ -99,10 +103,10 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols["num_rollouts"] = n
     cols["expected_num_rollouts"] = expected
     cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
-    failed = status != OK
+    failed = ~is_ok
     cols["num_failed"] = count(failed)
-    for kind in sorted(set(status[failed].tolist())):
-        cols[f"num_failed/{kind}"] = count(status == kind)
+    for kind in sorted(set(kinds) - {OK}):
+        cols[f"num_failed/{kind}"] = count(codes == kinds.index(kind))
     cols["num_truncated"] = count(truncated)
     passed = ok & (reward >= p.pass_threshold)
     c = count(passed)
@@ -122,7 +126,7 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols["grpo_signal"] = signal
     cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
     cols["num_distinct_rewards"] = distinct
-    cols["sample"] = tasks["row"].to_numpy()
+    cols["sample"] = tasks["row"].array
     return pd.DataFrame(cols)
 
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from rewardprof.records import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA
@@ -129,9 +131,30 @@ class JournalScan:
 
 
 def _read_tail(path: Path) -> tuple[pa.Table, int]:
-    rows, torn = [], 0
     with path.open("rb") as f:
-        lines = f.read().split(b"\n")
+        data = f.read()
+    # Fast path: Arrow's JSON reader over the complete lines (~10x json.loads per line; a
+    # 20k-record tail is part of every resume). Any bad line in there: the line-by-line path.
+    cut = data.rfind(b"\n") + 1
+    if cut:
+        try:
+            table = pa_json.read_json(
+                pa.BufferReader(data[:cut]),
+                read_options=pa_json.ReadOptions(block_size=max(1 << 20, cut)),
+                parse_options=pa_json.ParseOptions(explicit_schema=ROLLOUT_SCHEMA,
+                                                   unexpected_field_behavior="ignore"))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass
+        else:
+            rest, torn = _read_lines(data[cut:].split(b"\n"))
+            if rest.num_rows:
+                table = pa.concat_tables([table, rest])
+            return table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA), torn
+    return _read_lines(data.split(b"\n"))
+
+
+def _read_lines(lines: list[bytes]) -> tuple[pa.Table, int]:
+    rows, torn = [], 0
     for raw in lines:
         if not raw.strip():
             continue
@@ -184,8 +207,8 @@ def scan_journal(journal_dir: Path) -> JournalScan:
             source = path
         src = len(sources)
         sources.append(source)
-        parts.append(t.append_column("_src", pa.array([src] * t.num_rows, pa.int32()))
-                      .append_column("_row", pa.array(range(t.num_rows), pa.int64())))
+        parts.append(t.append_column("_src", pa.array(np.full(t.num_rows, src, np.int32)))
+                      .append_column("_row", pa.array(np.arange(t.num_rows, dtype=np.int64))))
     if parts:
         keys = pa.concat_tables(parts)
     else:

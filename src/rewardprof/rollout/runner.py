@@ -182,9 +182,21 @@ class ShardRun:
             raise ValueError("tasks without messages/row columns need tasks_path")
         self._text.update(_read_text(self.tasks_path, need))
 
+    def _text_batches(self, positions: list[int]) -> list[list[int]]:
+        """`positions` split by the tasks file's row groups (one read each), in order."""
+        if self.tasks_path is None or "messages" in self.tasks.columns:
+            return [positions]
+        meta = pq.ParquetFile(self.tasks_path).metadata
+        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        group = np.searchsorted(ends, np.asarray(positions, dtype=np.int64), side="right")
+        cuts = np.flatnonzero(np.diff(group)) + 1
+        return [part.tolist() for part in np.split(np.asarray(positions, dtype=np.int64), cuts)]
+
     async def generate(self, missing: list[list[int]], progress: Progress) -> None:
         r = self.cfg.rollout
-        self.load_text([pos for pos, m in enumerate(missing) if m])
+        # text is read one row group at a time as the queue reaches it: the first request of a
+        # resumed shard does not wait for the text of every task still missing rollouts
+        batches = iter(self._text_batches([pos for pos, m in enumerate(missing) if m]))
         queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
         writer = JournalWriter(self.journal_dir, self.writer_id, r.segment_interval_s,
                                r.segment_max_records)
@@ -203,6 +215,8 @@ class ShardRun:
                 workers = [asyncio.create_task(worker()) for _ in range(r.concurrency)]
                 try:
                     for unit in _units(missing, self.cfg.engine.max_n):
+                        while unit.pos not in self._text:
+                            await asyncio.to_thread(self.load_text, next(batches))
                         await queue.put(unit)
                     for _ in workers:
                         await queue.put(None)
