@@ -18,10 +18,12 @@ import pyarrow.compute as pc
 from rewardprof.records import OK
 from rewardprof.rollout.journal import JournalScan
 
+WINNER_COLUMNS = ["task_index", "rollout_index", "status", "finished_at", "_src", "_row"]
+
 
 @dataclass
 class Collected:
-    winners: pd.DataFrame  # task_index, rollout_index, task_id, status, _src, _row, rekeyed
+    winners: pd.DataFrame  # WINNER_COLUMNS + rekeyed; task_index is the resolved one
     stale: int  # records of these tasks from another model/sampling setup
     rekeyed: int  # records whose task moved to a new task_index
 
@@ -32,7 +34,8 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
     Vectorized (Arrow hash lookups + one numpy lexsort): a resuming shard resolves ~1M journal
     records in well under a second (docs/benchmarks.md, "resume start")."""
     keys = scan.keys
-    empty = Collected(keys.slice(0, 0).to_pandas().assign(rekeyed=pd.Series(dtype=bool)), 0, 0)
+    empty = Collected(keys.select(WINNER_COLUMNS).slice(0, 0).to_pandas()
+                      .assign(rekeyed=pd.Series(dtype=bool)), 0, 0)
     if keys.num_rows == 0 or tasks.empty:
         return empty
     t_index = pa.array(tasks["task_index"].to_numpy(np.int64))
@@ -67,7 +70,8 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
     first = np.ones(len(order), dtype=bool)
     first[1:] = (k_pos[1:] != k_pos[:-1]) | (k_ri[1:] != k_ri[:-1])
     pick = keep[order[first]]
-    winners = keys.take(pa.array(pick)).to_pandas()
+    # only what callers use (task_id strings of ~1M records are most of the cost otherwise)
+    winners = keys.select(WINNER_COLUMNS).take(pa.array(pick)).to_pandas()
     winners["task_index"] = t_index.to_numpy()[pos[pick]]
     winners["rekeyed"] = ~exact[pick]
     return Collected(winners, stale, int(winners["rekeyed"].sum()))
