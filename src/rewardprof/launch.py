@@ -237,10 +237,12 @@ def _cmd_launch(args) -> int:
         return 0
     try:
         wait_for(job, opts.cluster)
-    except Exception as exc:  # submitit re-raises the controller's failure
-        lines = str(exc).strip().splitlines()
-        print(f"rewardprof launch: controller job {job.job_id} failed: "
-              f"{lines[-1] if lines else type(exc).__name__}", flush=True)
+    except Exception as exc:  # submitit re-raises the controller's failure (with traceback)
+        lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+        why = next((x for x in lines if "ControllerFailed" in x),
+                   lines[0] if lines else type(exc).__name__)
+        print(f"rewardprof launch: controller job {job.job_id} failed: {why}\n"
+              f"  log: {job.paths.stdout} (Snakemake's own: {job.paths.stderr})", flush=True)
         return 1
     print(f"rewardprof launch: controller job {job.job_id} finished", flush=True)
     return 0

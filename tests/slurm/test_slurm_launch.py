@@ -180,3 +180,21 @@ def _job(job_id: int) -> dict[str, str]:
     out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
                          text=True, timeout=30).stdout
     return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+@pytest.mark.slurm
+def test_launch_wait_reports_success_and_failure(tmp_path):
+    """`--wait` follows the controller with squeue (no sacct here) and returns its outcome."""
+    ok, why = slurm_available()
+    require_piece("local Slurm cluster", ok, why)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    procs = {}
+    for name, args in (("ok", ["--version"]), ("bad", ["--no-such-option"])):
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "rewardprof.cli", "launch", "--slurm", "--wait", "--time",
+             "5", "--mem-gb", "0.5", "--log-dir", str(tmp_path / name), "--", *args],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outs = {name: p.communicate(timeout=300)[0] for name, p in procs.items()}
+    assert procs["ok"].returncode == 0 and "finished" in outs["ok"], outs["ok"]
+    assert procs["bad"].returncode == 1 and "failed" in outs["bad"], outs["bad"]
+    assert "snakemake exited with status" in outs["bad"], outs["bad"]
