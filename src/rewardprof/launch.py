@@ -181,9 +181,9 @@ def launch(snakemake_args: list[str], opts: LaunchOptions, workdir: str | None =
 
 
 def follow_hint(job, opts: LaunchOptions) -> str:
-    out = Path(job.paths.stdout).resolve()
+    out, err = Path(job.paths.stdout).resolve(), Path(job.paths.stderr).resolve()
     lines = [f"submitted the Snakemake controller as job {job.job_id} ({opts.cluster})",
-             f"  log:     tail -f {out}"]
+             f"  log:     tail -f {err}   (Snakemake; the controller's own: {out.name})"]
     if opts.cluster == "slurm":
         lines += [f"  status:  squeue -j {job.job_id}   (and squeue --me for the workflow's jobs)",
                   f"  stop:    scancel {job.job_id}   (the controller cancels its jobs first)",
