@@ -179,7 +179,9 @@ start_munge() {
 
 controller_answers() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
-node_state() { timeout 5 sinfo -h -N -o '%T' 2>/dev/null | head -n1; }
+# compact state: idle, mix, alloc, comp, drain, down, inval, unk ...; a trailing '*' means slurmd
+# has not (re-)registered yet, which counts as not ready
+node_state() { timeout 5 sinfo -h -N -o '%t' 2>/dev/null | head -n1; }
 
 start_daemons() {
   local restart=$1
@@ -207,8 +209,8 @@ wait_idle() {
     if controller_answers; then
       state=$(node_state)
       case $state in
-        idle|mixed|allocated|completing) return 0 ;;
-        down*|drain*|drained*)
+        idle|mix|alloc|comp) return 0 ;;
+        down|drain|drng|inval)
           # e.g. "Node unexpectedly rebooted" after a VM restart; the node is ours, resume it
           scontrol update nodename="$host" state=resume 2>/dev/null || true ;;
       esac
@@ -267,7 +269,7 @@ cmd_status() {
     squeue
     local state
     state=$(node_state)
-    case $state in idle|mixed|allocated|completing) return 0 ;; esac
+    case $state in idle|mix|alloc|comp) return 0 ;; esac
     log "node is '$state'"
     return 1
   fi
