@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from rewardprof.config import validate_config
+from rewardprof.engine import EngineError
+from rewardprof.engine_server import port_is_free, probe_engine
+from rewardprof.materialize import materialize
+from rewardprof.model import MARKER, convert_builtin, engine_python
+from rewardprof.shard import write_shard
+
 FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm"
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "smollm2-135m"
+QUESTIONS = [("What is 2 + 3? Put the answer in \\boxed{}.", "5"),
+             ("What is 7 * 6? Put the answer in \\boxed{}.", "42")]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -59,3 +72,42 @@ def base_config(**engine) -> dict:
     return {"run": "t", "num_shards": 1,
             "entries": [{"label": "m", "environment": "math", "source": "m.jsonl"}],
             "engine": {"mode": "serve", **engine}}
+
+
+# ---- the real engine ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """The converted builtin model (made once; shared with the workflow's resources/)."""
+    python = engine_python()
+    try:
+        probe_engine(python)
+        ok, why = True, ""
+    except EngineError as exc:
+        ok, why = False, str(exc)
+    require("the vLLM CPU engine", ok, why)
+    d = Path(os.environ.get("REWARDPROF_TEST_MODELS_DIR") or REPO / "resources" / "models")
+    if not (d / MODEL / MARKER).is_file():
+        convert_builtin(MODEL, d / MODEL, python)
+    return d
+
+
+def assert_gone(needle: str, port: int | None) -> None:
+    deadline = time.monotonic() + 10
+    while processes_with_env(needle) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with_env(needle) == [], "vLLM processes outlived their job"
+    assert port is None or port_is_free("127.0.0.1", port), f"port {port} is still bound"
+
+
+def make_shard(tmp: Path, k: int) -> tuple[dict, Path]:
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": q}]},
+             "expected_answer": a} for q, a in QUESTIONS]
+    (tmp / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = base_config()
+    data["entries"] = [{"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"),
+                        "num_repeats": k}]
+    materialize(validate_config(data), tmp / "tasks.parquet", tmp / "report.json")
+    write_shard(tmp / "tasks.parquet", tmp / "shard.parquet", 0, 1)
+    return data, tmp / "shard.parquet"

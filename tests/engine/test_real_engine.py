@@ -1,18 +1,14 @@
 """L2: the rollout client and serve mode against the real engine (vLLM CPU + SmolLM2-135M).
 
-One server serves every test of the `vllm` fixture (a start costs ~55 s on 2 cores); the two
-lifecycle tests at the end each run a real `rewardprof rollout` job that starts its own. On a
-laptop without the engine these skip; under CI=true they fail. Install the engine with
+One server serves every test of this module (a start costs ~55 s on 2 idle cores); the
+lifecycle tests through a real rollout job are in test_real_lifecycle.py. On a laptop without
+the engine these skip; under CI=true they fail. Install the engine with
 `scripts/install-engine.sh .venv-engine`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,50 +16,26 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from engine_helpers import base_config, new_mark, processes_with_env, require
+from engine_helpers import (
+    MODEL,
+    QUESTIONS,
+    assert_gone,
+    base_config,
+    make_shard,
+    models_dir,
+    new_mark,
+)
 
 from rewardprof import engine_server
 from rewardprof.config import validate_config
-from rewardprof.engine import Endpoint, EngineError
-from rewardprof.engine_server import port_is_free, probe_engine, serve
-from rewardprof.materialize import materialize
-from rewardprof.model import MARKER, convert_builtin, engine_python
+from rewardprof.engine import Endpoint
+from rewardprof.engine_server import serve
 from rewardprof.rollout import run_shard
 from rewardprof.rollout.runner import task_seed
-from rewardprof.shard import write_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
-MODEL = "smollm2-135m"
-QUESTIONS = [("What is 2 + 3? Put the answer in \\boxed{}.", "5"),
-             ("What is 7 * 6? Put the answer in \\boxed{}.", "42")]
-
-
-@pytest.fixture(scope="module")
-def models_dir() -> Path:
-    """The converted builtin model (made once; shared with the workflow's resources/)."""
-    python = engine_python()
-    try:
-        probe_engine(python)
-        ok, why = True, ""
-    except EngineError as exc:
-        ok, why = False, str(exc)
-    require("the vLLM CPU engine", ok, why)
-    d = Path(os.environ.get("REWARDPROF_TEST_MODELS_DIR") or REPO / "resources" / "models")
-    if not (d / MODEL / MARKER).is_file():
-        convert_builtin(MODEL, d / MODEL, python)
-    return d
-
-
-def _gone(needle: str, port: int | None) -> None:
-    deadline = time.monotonic() + 10
-    while processes_with_env(needle) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes_with_env(needle) == [], "vLLM processes outlived their job"
-    assert port is None or port_is_free("127.0.0.1", port), f"port {port} is still bound"
-
+_ = models_dir  # a fixture (imported to be found)
 
 @pytest.fixture(scope="module")
 def vllm(models_dir, tmp_path_factory):
@@ -87,7 +59,7 @@ def vllm(models_dir, tmp_path_factory):
             yield facts
             port = server.port
         assert foreign.stats["requests"] == 0  # nothing was ever sent to the other server
-    _gone(needle, port)  # the server is gone after the tests, whatever their outcome
+    assert_gone(needle, port)  # the server is gone after the tests, whatever their outcome
 
 
 def _chat(vllm, **body) -> dict:
@@ -115,18 +87,6 @@ def test_usage_counts_prompt_once_and_sums_completions(vllm):
     assert out["usage"]["prompt_tokens"] == len(out["prompt_token_ids"])
 
 
-def _shard(tmp: Path, k: int) -> tuple[dict, Path]:
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": q}]},
-             "expected_answer": a} for q, a in QUESTIONS]
-    (tmp / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = base_config()
-    data["entries"] = [{"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"),
-                        "num_repeats": k}]
-    materialize(validate_config(data), tmp / "tasks.parquet", tmp / "report.json")
-    write_shard(tmp / "tasks.parquet", tmp / "shard.parquet", 0, 1)
-    return data, tmp / "shard.parquet"
-
-
 def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
     data = {**data, "sampling": {"temperature": 1.0, "max_tokens": 16, "seed": 3},
             "engine": {**data["engine"], **engine},
@@ -138,7 +98,7 @@ def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
 
 def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     k = 4
-    data, shard = _shard(tmp_path, k)
+    data, shard = make_shard(tmp_path, k)
     grouped = _run(vllm, data, shard, tmp_path / "grouped.parquet",
                    extra_body={"return_token_ids": True})
     assert len(grouped) == k * len(QUESTIONS)
@@ -166,63 +126,3 @@ def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     assert single["completion"].tolist() == grouped["completion"].tolist()
     assert single["completion_tokens"].tolist() == grouped["completion_tokens"].tolist()
     assert single["finish_reason"].tolist() == grouped["finish_reason"].tolist()
-
-
-# ---- lifecycle through a real `rewardprof rollout` job (each starts its own server) ----------
-
-
-def _start_job(models_dir: Path, tmp: Path) -> tuple[subprocess.Popen, str, Path, Path]:
-    data, shard = _shard(tmp, 4)
-    name, value, needle = new_mark()
-    data["engine"] = {"mode": "serve", "model": f"builtin:{MODEL}",
-                      "models_dir": str(models_dir), "serve_env": {name: value},
-                      "stop_grace_s": 10, "startup_timeout_s": 600}
-    data["sampling"] = {"max_tokens": 400, "seed": 0}
-    data["rollout"] = {"concurrency": 2, "verify_workers": 1}
-    err = tmp / "rollout.log"
-    cmd = [sys.executable, "-m", "rewardprof.cli", "rollout", "--config-json", json.dumps(data),
-           "--tasks", str(shard), "--journal", str(tmp / "journal"),
-           "--out", str(tmp / "out.parquet"), "--shard", "0", "--num-shards", "1",
-           "--engine-log", str(tmp / "engine.log")]
-    job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err.open("w"), cwd=tmp)
-    deadline = time.monotonic() + 600
-    while " ready at " not in err.read_text():
-        assert job.poll() is None, err.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the rollout job's server never became ready"
-        time.sleep(0.5)
-    time.sleep(3)  # the client is sending requests now
-    return job, needle, err, tmp / "engine.log"
-
-
-def _port(engine_log: Path) -> int:
-    line = [x for x in engine_log.read_text().splitlines() if "starting vLLM on port" in x][-1]
-    return int(line.split("starting vLLM on port ")[1].split(":")[0])
-
-
-def test_server_dying_mid_run_fails_the_shard_with_the_server_log(models_dir, tmp_path):
-    job, needle, err, engine_log = _start_job(models_dir, tmp_path)
-    try:
-        api = [p for p in processes_with_env(needle)
-               if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(api) == 1
-        os.kill(api[0], signal.SIGKILL)
-        assert job.wait(timeout=120) != 0
-    finally:
-        job.kill()
-    text = err.read_text()
-    assert "vLLM server exited with code -9 during the run" in text
-    assert "last log lines:" in text and "(APIServer pid=" in text  # the server's own lines
-    assert not (tmp_path / "out.parquet").exists()
-    _gone(needle, _port(engine_log))
-
-
-def test_sigterm_to_the_rollout_job_stops_its_server(models_dir, tmp_path):
-    job, needle, err, engine_log = _start_job(models_dir, tmp_path)
-    try:
-        assert processes_with_env(needle)
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(timeout=60) == 128 + signal.SIGTERM, err.read_text()[-2000:]
-    finally:
-        job.kill()
-    assert "vLLM stopped" in err.read_text()
-    _gone(needle, _port(engine_log))
