@@ -181,12 +181,14 @@ def _wait_for(predicate, timeout: float = 180) -> None:
 
 def test_second_snakemake_on_same_dir_is_refused(tmp_path):
     kit.write_source(tmp_path / "data/m.jsonl", 4)
-    with FakeOpenAI(kit.answer, latency_s=0.5) as server:
+    with FakeOpenAI(kit.answer) as server:
         config = _cfg(server, tmp_path, num_shards=1, engine={"max_n": 1},
-                      rollout={"concurrency": 1})
+                      rollout={"concurrency": 1, "request_timeout_s": 600})
+        server.faults.append("hold")  # the first run's first request waits for release()
         first = _popen_snakemake(tmp_path, config)
-        _wait_for(lambda: server.stats["requests"] > 0)  # the first is mid-rollout
+        _wait_for(lambda: server.stats["fault:hold"] == 1)  # the first is mid-rollout
         second = snakemake(tmp_path, "--configfile", str(config))
+        server.release()
         out, _ = first.communicate(timeout=300)
     assert second.returncode != 0
     assert "cannot be locked" in second.stderr + second.stdout
@@ -195,9 +197,9 @@ def test_second_snakemake_on_same_dir_is_refused(tmp_path):
 
 
 def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
-    with FakeOpenAI(kit.answer, latency_s=0.3) as server:
+    with FakeOpenAI(kit.answer) as server:
         cfg = kit.make_config(server.base_url, K, engine={"max_n": 1},
-                              rollout={"concurrency": 1})
+                              rollout={"concurrency": 1, "request_timeout_s": 300})
         tasks = kit.make_tasks(tmp_path, cfg, 3)
         journal = tmp_path / "journal"
 
@@ -208,10 +210,13 @@ def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
                  str(journal), "--out", str(tmp_path / out), "--shard", "0", "--num-shards",
                  "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
+        # the first one's first request waits for release() (its timeout is far longer)
+        server.faults.append("hold")
         first = rollout("a.parquet")
-        _wait_for(lambda: server.stats["requests"] > 0)
+        _wait_for(lambda: server.stats["fault:hold"] == 1)  # it holds the shard lock now
         second = rollout("b.parquet")
         out2, _ = second.communicate(timeout=120)
+        server.release()
         out1, _ = first.communicate(timeout=120)
     assert second.returncode == 2, out2
     assert (f"rewardprof rollout: error: {journal}/.lock-s0of1: another rollout process is "

@@ -16,6 +16,8 @@ may instead decide per request (return a fault string or None). Fault strings:
     429[:retry_after=S]        rate limited, optionally with `Retry-After: S` (seconds)
     429:retry_after_date=S     ... with Retry-After as an HTTP date S seconds from now
     hang[:S]                   no answer for S seconds (default hang_s; cut short by stop())
+    hold                       no answer until the test calls release() (or stop()), then
+                               served normally: keeps a client busy for as long as a test needs
     reset                      200 + headers promising a body, then the connection is closed
     garbage                    200 with a truncated JSON body
     fewer                      one choice fewer than asked
@@ -65,6 +67,7 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
         self.request_times: list[float] = []  # time.monotonic() at each chat request
         self._closing: asyncio.Event | None = None
+        self._released: asyncio.Event | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -91,6 +94,7 @@ class FakeOpenAI:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         self._closing = asyncio.Event()
+        self._released = asyncio.Event()
         app = web.Application()
         app.router.add_get("/health", lambda r: web.Response(text="ok"))
         app.router.add_get("/v1/models", self._models)
@@ -113,6 +117,11 @@ class FakeOpenAI:
         if self._thread:
             self._thread.join(10)
         self._loop = None
+
+    def release(self) -> None:
+        """Let every request held by a `hold` fault (now or later) be served."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._released.set)
 
     def __enter__(self) -> FakeOpenAI:
         return self.start()
@@ -227,6 +236,12 @@ class FakeOpenAI:
             await resp.write(b'{"choices": [')
             request.transport.close()
             return resp
+        if kind == "hold":
+            done = [asyncio.ensure_future(e.wait()) for e in (self._released, self._closing)]
+            _, pending = await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            return None  # then served normally
         if kind in ("fewer", "length"):
             return None  # served normally, shaped in _completion
         raise ValueError(f"unknown fault {fault!r}")
