@@ -118,11 +118,11 @@ def test_persistent_fault_ends_in_typed_failure(tmp_path, server, fault, status,
 
 def test_retry_budget_bounds_total_time(tmp_path, server):
     server.fault_fn = lambda body: "503"
-    t0 = time.monotonic()
     _, rec, _, _ = _run(tmp_path, server, rollout={
         "max_attempts": 1000, "retry_budget_s": 0.5, "backoff_initial_s": 0.05,
         "backoff_max_s": 0.1, "max_failed_fraction": 1.0})
-    assert time.monotonic() - t0 < 5
+    # the request gave up after its 0.5 s budget (plus at most one short backoff)
+    assert (rec["finished_at"] - rec["started_at"]).max() < 2.5
     assert 3 <= server.stats["requests"] < 30
     assert rec["status"].tolist() == ["engine_error"] * 2
 
@@ -130,10 +130,10 @@ def test_retry_budget_bounds_total_time(tmp_path, server):
 # --- deterministic errors: no retry ----------------------------------------------------------
 def test_context_length_fails_at_once_without_retry(tmp_path, server):
     server.fault_fn = lambda body: "context_length"
-    t0 = time.monotonic()
     summary, rec, _, _ = _run(tmp_path, server, rollout={
         "max_failed_fraction": 1.0, "backoff_initial_s": 5, "backoff_max_s": 5})
-    assert time.monotonic() - t0 < 4  # a single backoff would have taken >= 2.5 s
+    # at once: a single backoff would have taken >= 2.5 s
+    assert (rec["finished_at"] - rec["started_at"]).max() < 2.0
     assert server.stats["requests"] == 1
     assert rec["status"].tolist() == ["context_length"] * 2
     assert rec["attempt"].tolist() == [1, 1]
