@@ -5,6 +5,9 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+# the engine (vLLM) lives in its own environment: its pins conflict with the core's
+# (docs/engine.md); serve mode finds it at .venv-engine/bin/python
+ENGINE_VENV ?= .venv-engine
 BIN := $(VENV)/bin
 EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
@@ -18,18 +21,18 @@ $(VENV)/.core-installed: pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
 	touch $@
 
-$(VENV)/.engine-installed: $(VENV)/.core-installed scripts/install-engine.sh
-	bash scripts/install-engine.sh $(VENV)
+$(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh
+	PYTHON=$(PYTHON) bash scripts/install-engine.sh $(ENGINE_VENV)
 	touch $@
 
 install: $(VENV)/.core-installed
 
-install-engine: $(VENV)/.engine-installed
+install-engine: $(ENGINE_VENV)/.engine-installed
 
-run: $(VENV)/.engine-installed
+run: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)
 
-test: $(VENV)/.engine-installed
+test: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.core-installed
@@ -37,4 +40,4 @@ lint: $(VENV)/.core-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(ENGINE_VENV)
