@@ -50,3 +50,41 @@ def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
     monkeypatch.setattr(journal, "_read_tail", racing)
     scan = scan_journal(tmp_path)
     assert scan.keys.num_rows == 1
+
+
+
+HOLDER = """
+import multiprocessing, os, signal, sys, time
+from pathlib import Path
+from rewardprof.rollout.journal import ShardLock
+
+lock = ShardLock(Path(sys.argv[1]), "s0of1").__enter__()
+worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+worker.start()  # a verification worker, forked after the lock was taken
+print(worker.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_shard_lock_dies_with_its_process_not_its_workers(tmp_path):
+    """A rollout process in miniature takes the shard lock, forks a long-lived worker (as its
+    verification pool does) and is SIGKILLed: the shard must be free at once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from rewardprof.rollout.journal import ShardLock
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    worker_pid = int(holder.stdout.readline())
+    assert holder.wait(60) == -signal.SIGKILL
+    try:
+        assert psutil.Process(worker_pid).status() != psutil.STATUS_ZOMBIE  # still running
+        with ShardLock(tmp_path, "s0of1"):  # ... and the shard is free at once
+            pass
+    finally:
+        os.kill(worker_pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ readers dedupe on (task_index, rollout_index).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -35,7 +36,12 @@ class JournalLocked(RuntimeError):
 
 
 class ShardLock:
-    """An exclusive flock per shard: two rollout processes never write the same shard."""
+    """An exclusive flock per shard: two rollout processes never write the same shard.
+
+    The lock dies with its process: forked children (verification workers) close their copy of
+    the descriptor at fork, so a SIGKILLed rollout process frees its shard at once, not when its
+    orphaned workers get around to exiting (a rerun right after a kill found it still locked).
+    """
 
     def __init__(self, journal_dir: Path, shard_tag: str):
         journal_dir.mkdir(parents=True, exist_ok=True)
@@ -55,13 +61,30 @@ class ShardLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        _HELD_LOCKS.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _HELD_LOCKS.discard(self)
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+_HELD_LOCKS: set[ShardLock] = set()
+
+
+def _drop_locks_in_child() -> None:
+    for lock in list(_HELD_LOCKS):
+        if lock._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock._fd)  # the child's copy only: the parent still holds the lock
+            lock._fd = None
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 class JournalWriter:
