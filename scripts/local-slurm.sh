@@ -96,6 +96,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# job credential lifetime; also how long a requeued job is held before it may start again
+# (default 120 s; starting it earlier fails with "Job credential revoked")
+AuthInfo=cred_expire=20
 MailProg=/bin/true
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
