@@ -49,7 +49,7 @@ def main() -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     cmd = [str(Path(sys.executable).with_name("snakemake")), "-n", "-s", str(REPO / "Snakefile"),
            "-d", str(work), "--configfile", str(work / "config.yaml"), "--cores", "2"]
-    walls, rss, jobs = [], [], 0
+    walls, cpus, rss, jobs = [], [], [], 0
     for _ in range(args.repeat):
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -58,6 +58,7 @@ def main() -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         walls.append(time.monotonic() - t0)
         rss.append(usage.ru_maxrss / 1024)
+        cpus.append(usage.ru_utime + usage.ru_stime)
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"snakemake -n failed:\n{out[-3000:]}")
         rollouts = re.search(r"^rollout\s+(\d+)", out, re.M)
@@ -67,7 +68,8 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     print(f"dag: snakemake -n with {args.shards} shards: {statistics.median(walls):.1f} s "
           f"(median of {args.repeat}; min {min(walls):.1f}, max {max(walls):.1f}), "
-          f"{jobs} rollout jobs listed, peak RSS {max(rss):.0f} MB [target <= 15 s]", flush=True)
+          f"{jobs} rollout jobs listed, CPU {statistics.median(cpus):.1f} s, peak RSS "
+          f"{max(rss):.0f} MB [target <= 15 s]", flush=True)
 
 
 if __name__ == "__main__":

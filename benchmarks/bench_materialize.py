@@ -46,7 +46,8 @@ def run_materialize(src_dir: Path, mb: float, out: Path) -> dict:
     rep = json.loads(report.read_text())
     return {"source_bytes": source_bytes, "jsonl_x8_bytes": source_bytes * K,
             "tasks_bytes": tasks.stat().st_size, "wall_s": wall,
-            "rss_mb": usage.ru_maxrss / 1024, "tasks": rep["num_tasks"]}
+            "rss_mb": usage.ru_maxrss / 1024, "tasks": rep["num_tasks"],
+            "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def main() -> None:
@@ -72,7 +73,8 @@ def main() -> None:
     print(f"materialize: size 1/{ratio:.1f} of JSONL x{K} "
           f"({four['tasks_bytes'] / 1e6:.1f} MB vs {four['jsonl_x8_bytes'] / 1e6:.0f} MB, "
           f"{four['tasks']} tasks) [target <= 1/20]; {mbps:.1f} source MB/s "
-          f"({four['source_bytes'] / 1e6:.0f} MB in {four['wall_s']:.1f} s); peak RSS "
+          f"({four['source_bytes'] / 1e6:.0f} MB in {four['wall_s']:.1f} s, "
+          f"{four['source_bytes'] / 1e6 / four['cpu_s']:.1f} MB per CPU-second); peak RSS "
           f"1x {one['rss_mb']:.0f} MB, 4x {four['rss_mb']:.0f} MB = {flat:.2f}x "
           f"[target <= 1.2x]", flush=True)
 

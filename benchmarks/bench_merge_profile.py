@@ -79,7 +79,7 @@ def prepare(out: Path, num_tasks: int, repeats: int, num_shards: int,
     marker.write_text(json.dumps(spec))
 
 
-def run(cmd: list[str]) -> tuple[float, float, str]:
+def run(cmd: list[str]) -> tuple[float, float, float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -87,7 +87,7 @@ def run(cmd: list[str]) -> tuple[float, float, str]:
     wall = time.monotonic() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd[:2])} failed:\n{err[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, err
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -122,11 +122,11 @@ def main() -> None:
            "profile": {"pass_at_k": [1, 2, 4, 8], "group_size": 8}}
     exe = str(Path(sys.executable).with_name("rewardprof"))
     shards = [str(d / "shards" / f"{i}-of-{args.shards}.parquet") for i in range(args.shards)]
-    merge_s, merge_rss, _ = run([exe, "merge", "--tasks", str(d / "tasks.parquet"),
+    merge_s, merge_rss, merge_cpu = run([exe, "merge", "--tasks", str(d / "tasks.parquet"),
                                  "--journal", str(d / "journal"),
                                  "--out", str(res / "rollouts.parquet"),
                                  "--report", str(res / "merge_report.json"), *shards])
-    prof_s, prof_rss, _ = run([exe, "profile", "--config-json", json.dumps(cfg),
+    prof_s, prof_rss, prof_cpu = run([exe, "profile", "--config-json", json.dumps(cfg),
                                "--tasks", str(d / "tasks.parquet"),
                                "--rollouts", str(res / "rollouts.parquet"),
                                "--report", str(d / "report.json"), "--out", str(res / "profile")])
@@ -138,7 +138,8 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
     total, rss = merge_s + prof_s, max(merge_rss, prof_rss)
     print(f"merge+profile: {n_rollouts} rollouts of {args.tasks} tasks in {total:.1f} s "
-          f"(merge {merge_s:.1f} s, profile {prof_s:.1f} s) [target <= 120 s]; peak RSS "
+          f"(merge {merge_s:.1f} s, profile {prof_s:.1f} s; CPU {merge_cpu + prof_cpu:.1f} s) "
+          f"[target <= 120 s]; peak RSS "
           f"{rss / 1024:.2f} GB (merge {merge_rss / 1024:.2f}, profile {prof_rss / 1024:.2f}) "
           f"[target <= 8 GB]", flush=True)
 
