@@ -9,6 +9,18 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# engine_slots bounds vLLM servers per machine (profiles/default: 1); on a cluster each job has
+# its own allocation, so the limit must not serialize Slurm jobs.
+resource_scopes:
+    engine_slots="local",
+
+
+# seconds of work each: not worth a cluster job per shard
+localrules:
+    shard,
+    report,
+
+
 include: "rules/common.smk"
 include: "rules/checks.smk"
 include: "rules/materialize.smk"
