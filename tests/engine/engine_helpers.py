@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import require_piece
 
 from rewardprof.config import validate_config
 from rewardprof.engine import EngineError
@@ -23,17 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
 QUESTIONS = [("What is 2 + 3? Put the answer in \\boxed{}.", "5"),
              ("What is 7 * 6? Put the answer in \\boxed{}.", "42")]
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def require(name: str, available: bool, how: str = "") -> None:
-    """Skip on a laptop, fail under CI=true (same rule as tests/conftest.py's require_piece)."""
-    if available:
-        return
-    msg = f"{name} is not available{': ' + how if how else ''}"
-    if IN_CI:
-        pytest.fail(f"CI=true: {msg}")
-    pytest.skip(msg)
+# skip on a laptop, fail under CI=true: the one rule, from tests/helpers.py
+require = require_piece
 
 
 def processes_with_env(needle: str) -> list[int]:
