@@ -57,6 +57,22 @@ class VerifyContext:
         return await asyncio.wrap_future(future)
 
 
+CHAT_PROMPT_KEYS = ("responses_create_params", "messages", "prompt")
+
+
+def has_chat_prompt(row: dict[str, Any]) -> bool:
+    """True when the row carries its own prompt messages (else an environment builds them)."""
+    return any(k in row for k in CHAT_PROMPT_KEYS)
+
+
+def require_prompt(row: dict[str, Any], *plain_keys: str) -> None:
+    """RowError unless the row has prompt messages or one of the environment's plain keys."""
+    if has_chat_prompt(row) or any(k in row for k in plain_keys):
+        return
+    names = ["responses_create_params.input", "messages", "prompt", *plain_keys]
+    raise RowError(f"no prompt: expected {', '.join(names[:-1])} or {names[-1]}")
+
+
 def extract_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
     """Prompt messages of a row in any of the formats RL teams have.
 

@@ -22,7 +22,15 @@ from dataclasses import asdict
 from typing import Any
 
 from rewardprof.environments._options import check_options
-from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
+from rewardprof.environments.base import (
+    Environment,
+    RowError,
+    Verdict,
+    VerifyContext,
+    _get,
+    has_chat_prompt,
+    require_prompt,
+)
 from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
 from rewardprof.records import FailureKind
 
@@ -80,13 +88,10 @@ class CodeEnvironment(Environment):
         super().check_row(row)
         if not row_tests(row):
             raise RowError("the row has zero tests")
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt",
-                                      "question")):
-            raise RowError("no prompt: expected responses_create_params.input, messages, "
-                           "prompt or question")
+        require_prompt(row, "question")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+        if not has_chat_prompt(row):
             return [{"role": "user", "content": f"{row['question']}\n\n{CODE_INSTRUCTION}"}]
         return super().prompt(row)
 

@@ -31,7 +31,13 @@ from typing import Any
 
 from rewardprof.config import ConfigError
 from rewardprof.environments._options import check_options
-from rewardprof.environments.base import Environment, Verdict, VerifyContext, extract_messages
+from rewardprof.environments.base import (
+    Environment,
+    Verdict,
+    VerifyContext,
+    extract_messages,
+    has_chat_prompt,
+)
 from rewardprof.records import FailureKind
 
 DEFAULT_TEMPLATE = """You are grading an answer to a question.
@@ -250,7 +256,7 @@ class LLMJudgeEnvironment(Environment):
         return [{"role": "user", "content": text}]
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+        if not has_chat_prompt(row):
             return [{"role": "user", "content": str(row["question"])}]
         return super().prompt(row)
 

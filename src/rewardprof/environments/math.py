@@ -20,7 +20,13 @@ import re
 from typing import Any
 
 from rewardprof.environments._options import check_options
-from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext
+from rewardprof.environments.base import (
+    Environment,
+    Verdict,
+    VerifyContext,
+    has_chat_prompt,
+    require_prompt,
+)
 from rewardprof.records import FailureKind
 
 BOX_INSTRUCTION = "Put your final answer within \\boxed{}."
@@ -97,13 +103,10 @@ class MathEnvironment(Environment):
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt", "problem",
-                                      "question")):
-            raise RowError("no prompt: expected responses_create_params.input, messages, "
-                           "prompt, problem or question")
+        require_prompt(row, "problem", "question")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+        if not has_chat_prompt(row):
             question = row.get("problem", row.get("question"))
             return [{"role": "user", "content": f"{question}\n\n{BOX_INSTRUCTION}"}]
         return super().prompt(row)

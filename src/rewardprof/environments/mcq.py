@@ -22,7 +22,15 @@ import re
 from typing import Any
 
 from rewardprof.environments._options import check_options, with_example
-from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext, _get
+from rewardprof.environments.base import (
+    Environment,
+    RowError,
+    Verdict,
+    VerifyContext,
+    _get,
+    has_chat_prompt,
+    require_prompt,
+)
 from rewardprof.environments.math import last_boxed
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
@@ -139,13 +147,10 @@ class MCQEnvironment(Environment):
         if expected not in options:
             raise RowError(f"expected_answer {expected!r} is not one of the option letters "
                            f"{''.join(options)}")
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt",
-                                      "question")):
-            raise RowError("no prompt: expected responses_create_params.input, messages, "
-                           "prompt or question")
+        require_prompt(row, "question")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+        if not has_chat_prompt(row):
             listed = "\n".join(f"{k}: {v}" for k, v in parse_options(row).items())
             text = f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
             messages = [{"role": "user", "content": text}]

@@ -17,7 +17,13 @@ from functools import cache
 from typing import Any
 
 from rewardprof.environments._options import check_options, with_example
-from rewardprof.environments.base import Environment, RowError, Verdict, VerifyContext
+from rewardprof.environments.base import (
+    Environment,
+    RowError,
+    Verdict,
+    VerifyContext,
+    has_chat_prompt,
+)
 from rewardprof.environments.math import last_boxed
 from rewardprof.records import FailureKind
 
@@ -92,7 +98,7 @@ class ReasoningGymEnvironment(Environment):
             raise RowError("metadata: expected an object")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not any(k in row for k in ("responses_create_params", "messages", "prompt")):
+        if not has_chat_prompt(row):
             messages = [{"role": "user", "content": f"{row['question']}\n\n{ANSWER_INSTRUCTION}"}]
         else:
             messages = super().prompt(row)
