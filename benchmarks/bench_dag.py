@@ -18,15 +18,13 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synth import default_out, write_sources  # noqa: E402
+from synth import default_out, run_measured, write_sources  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,15 +49,11 @@ def main() -> None:
            "-d", str(work), "--configfile", str(work / "config.yaml"), "--cores", "2"]
     walls, cpus, rss, jobs = [], [], [], 0
     for _ in range(args.repeat):
-        t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                cwd=work)
-        out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-        _, status, usage = os.wait4(proc.pid, 0)
-        walls.append(time.monotonic() - t0)
-        rss.append(usage.ru_maxrss / 1024)
-        cpus.append(usage.ru_utime + usage.ru_stime)
-        if os.waitstatus_to_exitcode(status) != 0:
+        code, wall, rss_mb, cpu_s, out = run_measured(cmd, env=env, cwd=work)
+        walls.append(wall)
+        rss.append(rss_mb)
+        cpus.append(cpu_s)
+        if code != 0:
             raise SystemExit(f"snakemake -n failed:\n{out[-3000:]}")
         rollouts = re.search(r"^rollout\s+(\d+)", out, re.M)
         jobs = int(rollouts.group(1)) if rollouts else 0

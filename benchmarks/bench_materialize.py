@@ -4,7 +4,7 @@
     python benchmarks/bench_materialize.py --small    # smoke size
 
 Runs `rewardprof materialize` (the command the workflow runs) as a child process per input
-size and reads each child's own peak RSS from wait4(). Targets: tasks.parquet <= 1/20 of the
+size and reads its peak RSS (synth.run_measured). Targets: tasks.parquet <= 1/20 of the
 same tasks as JSONL rows repeated K=8 times; the 4x run's peak RSS <= 1.2x the 1x run's.
 """
 
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synth import default_out, write_sources  # noqa: E402
+from synth import default_out, run_measured, write_sources  # noqa: E402
 
 K = 8
 
@@ -34,20 +31,15 @@ def run_materialize(src_dir: Path, mb: float, out: Path) -> dict:
     source_bytes = sum(Path(e["source"]).stat().st_size for e in entries)
     tasks, report = out / f"tasks-{src_dir.name}.parquet", out / f"report-{src_dir.name}.json"
     exe = Path(sys.executable).with_name("rewardprof")
-    t0 = time.monotonic()
-    proc = subprocess.Popen([str(exe), "materialize", "--config", str(cfg_path),
-                             "--tasks", str(tasks), "--report", str(report)],
-                            stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
+    code, wall, rss_mb, cpu_s, err = run_measured(
+        [str(exe), "materialize", "--config", str(cfg_path), "--tasks", str(tasks),
+         "--report", str(report)])
+    if code != 0:
         raise SystemExit(f"materialize failed:\n{err}")
     rep = json.loads(report.read_text())
     return {"source_bytes": source_bytes, "jsonl_x8_bytes": source_bytes * K,
             "tasks_bytes": tasks.stat().st_size, "wall_s": wall,
-            "rss_mb": usage.ru_maxrss / 1024, "tasks": rep["num_tasks"],
-            "cpu_s": usage.ru_utime + usage.ru_stime}
+            "rss_mb": rss_mb, "tasks": rep["num_tasks"], "cpu_s": cpu_s}
 
 
 def main() -> None:

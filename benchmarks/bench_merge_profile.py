@@ -7,7 +7,8 @@ Generates a tasks table (realistic 1-2 kB rows), its materialize report, 16 shar
 0.5-8 kB completions, and the shared journal holding the same records as 20k-record segments
 (key columns real, completion text a stand-in unless --journal-text: merge reads only the
 journal's key columns). Then runs `rewardprof merge` and `rewardprof profile` exactly as the
-workflow's rules do, each as a child process, and reads each one's peak RSS from wait4().
+workflow's rules do, each as a child process, and reads each one's peak RSS
+(synth.run_measured).
 Targets: merge + profile <= 120 s wall, <= 8 GB peak RSS; profile written as Parquet + JSONL.
 The generated data is kept under the output directory for reruns (--clean deletes it).
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +27,14 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synth import Text, default_out, rollout_batch, tasks_table, write_parquet  # noqa: E402
+from synth import (  # noqa: E402
+    Text,
+    default_out,
+    rollout_batch,
+    run_measured,  # noqa: E402  # noqa: E402
+    tasks_table,
+    write_parquet,
+)
 
 GEN_KEY = "0123456789abcdef"
 
@@ -80,14 +87,10 @@ def prepare(out: Path, num_tasks: int, repeats: int, num_shards: int,
 
 
 def run(cmd: list[str]) -> tuple[float, float, float]:
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd[:2])} failed:\n{err[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    code, wall, rss_mb, cpu_s, out = run_measured(cmd)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd[:2])} failed:\n{out[-3000:]}")
+    return wall, rss_mb, cpu_s
 
 
 def main() -> None:
@@ -105,12 +108,17 @@ def main() -> None:
     if args.small:
         args.tasks, args.shards = 3000, 4
     out = args.out or default_out("merge_profile" + ("_small" if args.small else ""))
-    t0 = time.monotonic()
-    prepare(out / "data", args.tasks, args.repeats, args.shards, args.journal_text)
-    gen_s = time.monotonic() - t0
     if args.prepare_only:
-        print(f"prepared in {gen_s:.0f} s", file=sys.stderr)
+        t0 = time.monotonic()
+        prepare(out / "data", args.tasks, args.repeats, args.shards, args.journal_text)
+        print(f"prepared in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         return
+    # Generate in a child: Linux counts the RSS a child inherits at fork in its ru_maxrss, so
+    # a measuring process grown by generating GBs reports its own size for merge and profile.
+    subprocess.run([sys.executable, __file__, "--prepare-only", "--out", str(out),
+                    "--tasks", str(args.tasks), "--repeats", str(args.repeats),
+                    "--shards", str(args.shards), *(["--journal-text"] * args.journal_text)],
+                   check=True)
     d, res = out / "data", out / "result"
     shutil.rmtree(res, ignore_errors=True)
     res.mkdir(parents=True)

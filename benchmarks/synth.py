@@ -222,17 +222,39 @@ def rollout_batch(task_index: np.ndarray, rollout_index: np.ndarray, task_ids: l
     return pa.RecordBatch.from_pydict(cols, schema=ROLLOUT_SCHEMA)
 
 
-def peak_rss_mb() -> float:
-    """Peak RSS of this process so far, MB (Linux ru_maxrss is in kB)."""
-    import resource
+# Runs argv[2:] as its child and writes the child's peak RSS (kB) and CPU seconds to argv[1].
+_MEASURE = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, use = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{use.ru_maxrss} {use.ru_utime + use.ru_stime}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+def run_measured(cmd: list[str], **popen: Any) -> tuple[int, float, float, float, str]:
+    """Run `cmd`; return (exit code, wall s, peak RSS MB, CPU s, its stdout + stderr).
 
-def children_peak_rss_mb() -> float:
-    import resource
+    Through a small launcher process: Linux starts a child's ru_maxrss at the RSS of the
+    process that forked it, so measured straight from a benchmark that has generated GBs of
+    data, every command would report at least the benchmark's own size."""
+    import subprocess
+    import sys
+    import tempfile
 
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as note:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", _MEASURE, note.name, *cmd],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+        wall = time.monotonic() - t0
+        fields = note.read().split()
+    output = proc.stdout.decode(errors="replace")
+    if len(fields) != 2:
+        return proc.returncode or 1, wall, float("nan"), float("nan"), output
+    return proc.returncode, wall, int(fields[0]) / 1024, float(fields[1]), output
 
 
 def write_parquet(table_or_batches, path: Path, schema: pa.Schema | None = None) -> None:

@@ -35,10 +35,13 @@ TASKS_SCHEMA = pa.schema(
         ("row", pa.string()),  # the original row, canonical JSON text
     ]
 )
-# Rows per batch = per Parquet row group. Large groups and pages let zstd see more text at once
+# Rows per Parquet row group. Large groups and pages let zstd see more text at once
 # (1/19 -> 1/20+ of the reference's JSONL x 8 on synthetic rows; docs/benchmarks.md) while
-# memory stays O(batch), not O(source).
-_BATCH = 16384
+# memory stays O(group), not O(source). Rows become Arrow arrays every _CHUNK rows, so only a
+# few thousand rows are ever Python objects (holding a whole group as Python strings grew the
+# peak RSS with the input size: freed string memory was not reused as well as Arrow's).
+_GROUP = 16384
+_CHUNK = 2048
 _PAGE_BYTES = 8 << 20
 
 
@@ -101,7 +104,7 @@ def _entry_batches(
         cols["messages"].append(json.dumps(messages, ensure_ascii=False))
         cols["row"].append(row_json)
         index += 1
-        if len(cols["task_index"]) >= _BATCH:
+        if len(cols["task_index"]) >= _CHUNK:
             yield pa.RecordBatch.from_pydict(cols, schema=TASKS_SCHEMA)
             cols = {name: [] for name in TASKS_SCHEMA.names}
     if cols["task_index"]:
@@ -124,8 +127,14 @@ def materialize(cfg: Config, tasks_out: str | Path, report_out: str | Path,
                 path = resolve_source(entry, base) if is_file else None
                 where = str(entry.source) if is_file else source_name(entry)
                 stats: dict[str, Any] = {}
+                chunks: list[pa.RecordBatch] = []
                 for batch in _entry_batches(entry, offset, base, where, stats):
-                    writer.write_batch(batch)
+                    chunks.append(batch)
+                    if sum(len(c) for c in chunks) >= _GROUP:
+                        writer.write_table(pa.Table.from_batches(chunks), row_group_size=_GROUP)
+                        chunks = []
+                if chunks:
+                    writer.write_table(pa.Table.from_batches(chunks), row_group_size=_GROUP)
                 if stats["rows_selected"] == 0:
                     raise SourceError(f"{where}: entry {entry.label!r} has no rows "
                                       f"(empty source); remove the entry or fix the source")

@@ -20,11 +20,11 @@ def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
     real = journal._read_tail
     raced = []
 
-    def racing(path):
+    def racing(path, *args):
         if not raced:
             raced.append(path.name)
             other.roll()  # segment written, tail deleted: after the listing, before the read
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(journal, "_read_tail", racing)
     scan = scan_journal(tmp_path)
@@ -43,9 +43,9 @@ def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
     live = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
     real = journal._read_tail
 
-    def racing(path):
+    def racing(path, *args):
         live.close()  # nothing written: the empty tail is deleted
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(journal, "_read_tail", racing)
     scan = scan_journal(tmp_path)
@@ -88,3 +88,28 @@ def test_shard_lock_dies_with_its_process_not_its_workers(tmp_path):
             pass
     finally:
         os.kill(worker_pid, signal.SIGKILL)
+
+
+def test_rows_of_a_scanned_tail_stay_valid_while_it_grows_and_is_compacted(tmp_path):
+    """A scan parses a tail's key columns only; read_rows re-reads the full records later.
+    Between the two, the live writer appends (completing a torn line) and then compacts the
+    tail into the segment of the same name: the scanned row numbers still name the same
+    records."""
+    live = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    for r in range(3):
+        live.append(dict(_rec(r), completion=f"c{r}"))
+    tail = next(tmp_path.glob("*.jsonl"))
+    with tail.open("a") as f:
+        f.write('{"task_index": 0, "rollout_in')  # a torn line being written
+    scan = scan_journal(tmp_path)
+    assert scan.torn_lines == 1 and scan.keys.num_rows == 3
+    assert scan.keys.column_names[:6] == ["task_index", "rollout_index", "task_id", "status",
+                                          "gen_key", "finished_at"]
+    with tail.open("a") as f:
+        f.write('dex": 9, "task_id": "A", "status": "ok", "completion": "late"}\n')
+    first = next(journal.read_rows(scan, {0: [2, 1, 0]}))
+    assert first.column("completion").to_pylist() == ["c2", "c1", "c0"]
+    live.roll()  # compacted: the tail is gone, its segment holds the same rows in order
+    assert not tail.exists()
+    again = next(journal.read_rows(scan, {0: [0, 2]}))
+    assert again.column("completion").to_pylist() == ["c0", "c2"]

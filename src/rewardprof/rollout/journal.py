@@ -148,35 +148,39 @@ class JournalScan:
     """Key columns of every journaled record, with where each row lives."""
 
     keys: pa.Table  # KEY_COLUMNS + _src (index into sources) + _row (row within source)
-    sources: list[Path | pa.Table]  # a segment path, or a parsed tail held in memory
+    sources: list[Path]  # a segment (.parquet) or a tail (.jsonl), re-read for full records
     torn_lines: int = 0
     bad_files: int = 0
 
 
-def _read_tail(path: Path) -> tuple[pa.Table, int]:
+def _read_tail(path: Path, columns: list[str] = COLUMN_NAMES) -> tuple[pa.Table, int]:
+    """The tail's complete records (`columns` of them), and how many lines were torn."""
     with path.open("rb") as f:
         data = f.read()
+    schema = pa.schema([ROLLOUT_SCHEMA.field(c) for c in columns])
     # Fast path: Arrow's JSON reader over the complete lines (~10x json.loads per line; a
-    # 20k-record tail is part of every resume). Any bad line in there: the line-by-line path.
+    # 20k-record tail is part of every resume). Fields not in `columns` are skipped, not built:
+    # at resume only the key columns are read, not the completion text. Any bad line in
+    # there: the line-by-line path (it keeps the same rows, so row numbers agree either way).
     cut = data.rfind(b"\n") + 1
     if cut:
         try:
             table = pa_json.read_json(
                 pa.BufferReader(data[:cut]),
                 read_options=pa_json.ReadOptions(block_size=max(1 << 20, cut)),
-                parse_options=pa_json.ParseOptions(explicit_schema=ROLLOUT_SCHEMA,
+                parse_options=pa_json.ParseOptions(explicit_schema=schema,
                                                    unexpected_field_behavior="ignore"))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             pass
         else:
-            rest, torn = _read_lines(data[cut:].split(b"\n"))
+            rest, torn = _read_lines(data[cut:].split(b"\n"), schema)
             if rest.num_rows:
                 table = pa.concat_tables([table, rest])
-            return table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA), torn
-    return _read_lines(data.split(b"\n"))
+            return table.select(columns).cast(schema), torn
+    return _read_lines(data.split(b"\n"), schema)
 
 
-def _read_lines(lines: list[bytes]) -> tuple[pa.Table, int]:
+def _read_lines(lines: list[bytes], schema: pa.Schema) -> tuple[pa.Table, int]:
     rows, torn = [], 0
     for raw in lines:
         if not raw.strip():
@@ -190,8 +194,8 @@ def _read_lines(lines: list[bytes]) -> tuple[pa.Table, int]:
             continue
         rows.append(rec)
     # column-wise (from_pylist is ~5x slower): a 20k-record tail is part of every resume
-    cols = {k: [r.get(k) for r in rows] for k in COLUMN_NAMES}
-    return pa.Table.from_pydict(cols, schema=ROLLOUT_SCHEMA), torn
+    cols = {k: [r.get(k) for r in rows] for k in schema.names}
+    return pa.Table.from_pydict(cols, schema=schema), torn
 
 
 def journal_files(journal_dir: Path) -> Iterator[Path]:
@@ -204,12 +208,12 @@ def journal_files(journal_dir: Path) -> Iterator[Path]:
 
 def scan_journal(journal_dir: Path) -> JournalScan:
     parts: list[pa.Table] = []
-    sources: list[Path | pa.Table] = []
+    sources: list[Path] = []
     torn = bad = 0
     for path in journal_files(journal_dir):
         if path.suffix == ".jsonl":
             try:
-                full, n_torn = _read_tail(path)
+                t, n_torn = _read_tail(path, KEY_COLUMNS)
             except FileNotFoundError:
                 # Another shard's live writer compacted this tail since the listing: it wrote
                 # the segment of the same name first, then deleted the tail. (No tail of this
@@ -219,17 +223,14 @@ def scan_journal(journal_dir: Path) -> JournalScan:
                     continue  # an empty tail, closed
             else:
                 torn += n_torn
-                t = full.select(KEY_COLUMNS)
-                source: Path | pa.Table = full
         if path.suffix == ".parquet":
             try:
                 t = pq.read_table(path, columns=KEY_COLUMNS)
             except Exception:  # a segment is renamed into place whole; unreadable = foreign
                 bad += 1
                 continue
-            source = path
         src = len(sources)
-        sources.append(source)
+        sources.append(path)
         parts.append(t.append_column("_src", pa.array(np.full(t.num_rows, src, np.int32)))
                       .append_column("_row", pa.array(np.arange(t.num_rows, dtype=np.int64))))
     if parts:
@@ -241,10 +242,20 @@ def scan_journal(journal_dir: Path) -> JournalScan:
     return JournalScan(keys, sources, torn, bad)
 
 
+def _read_source(path: Path) -> pa.Table:
+    """All columns of a segment or tail. Row numbers of a scan stay valid: a tail only grows
+    at its end (its torn last line may since have been completed), and a tail compacted since
+    the scan became the segment of the same name, holding the same records in the same order."""
+    if path.suffix == ".jsonl":
+        try:
+            return _read_tail(path)[0]
+        except FileNotFoundError:
+            path = path.with_suffix(".parquet")
+    return pq.read_table(path)
+
+
 def read_rows(scan: JournalScan, picks: dict[int, list[int]]) -> Iterator[pa.Table]:
     """Full records for the chosen rows, one source at a time (bounded memory)."""
     for src, rows in sorted(picks.items()):
-        source = scan.sources[src]
-        table = pq.read_table(source) if isinstance(source, Path) else source
-        table = table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)
+        table = _read_source(scan.sources[src]).select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)
         yield table.take(pa.array(rows, pa.int64()))
