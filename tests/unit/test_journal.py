@@ -78,3 +78,24 @@ def test_shard_lock_is_exclusive(tmp_path):
         pass
     with ShardLock(tmp_path, "s0of2"):  # released after the first holder exits
         pass
+
+
+def test_winner_choice_matches_the_plain_definition_on_random_journals():
+    """_winners' fast path (one-key sort, full ordering only for duplicated pairs) against the
+    rule written out: sort by (pos, ri, ok first, latest first, scan order), take each pair's
+    first record."""
+    import numpy as np
+
+    from rewardprof.rollout.collected import _winners
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n = int(rng.integers(0, 60))
+        pos, ri = rng.integers(0, int(rng.integers(1, 6)), n), rng.integers(0, 4, n)
+        ok = rng.random(n) < 0.5
+        finished = rng.integers(0, 4, n).astype(float)  # ties are common
+        finished[rng.random(n) < 0.1] = np.nan
+        order = np.lexsort((-finished, ~ok, ri, pos))
+        first = np.ones(n, dtype=bool)
+        first[1:] = (pos[order][1:] != pos[order][:-1]) | (ri[order][1:] != ri[order][:-1])
+        assert _winners(pos, ri, ok, finished).tolist() == order[first].tolist()

@@ -31,8 +31,8 @@ class Collected:
 def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
     """tasks: task_index, task_id, num_repeats of the tasks of interest.
 
-    Vectorized (Arrow hash lookups + one numpy lexsort): a resuming shard resolves ~1M journal
-    records in well under a second (docs/benchmarks.md, "resume start")."""
+    Vectorized (Arrow hash lookups + one numpy sort): a resuming shard resolves ~1M journal
+    records in under a second (docs/benchmarks.md, "resume start")."""
     keys = scan.keys
     empty = Collected(keys.select(WINNER_COLUMNS).slice(0, 0).to_pandas()
                       .assign(rekeyed=pd.Series(dtype=bool)), 0, 0)
@@ -42,8 +42,10 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
     t_id = pa.array(tasks["task_id"].astype(object).to_numpy(), pa.string())
     # each record's task by task_id: the first task carrying that id (None: not ours)
     by_id = pc.index_in(keys.column("task_id"), value_set=t_id)
-    mine = pc.is_valid(by_id)
-    keys, by_id = keys.filter(mine), by_id.filter(mine)
+    keys = keys.drop_columns(["task_id"])  # not needed past here: do not copy 1M strings
+    if by_id.null_count:  # records of other shards' tasks share the journal directory
+        mine = pc.is_valid(by_id)
+        keys, by_id = keys.filter(mine), by_id.filter(mine)
     if keys.num_rows == 0:
         return empty
     pid = by_id.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -64,14 +66,36 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
           .to_numpy(zero_copy_only=False)[keep])
     finished = (keys.column("finished_at").cast(pa.float64()).fill_null(np.nan)
                 .to_numpy(zero_copy_only=False)[keep])
-    # winner per (task, rollout): an ok record if any, then the latest; ties keep scan order
-    order = np.lexsort((-finished, ~ok, ri[keep], pos[keep]))
-    k_pos, k_ri = pos[keep][order], ri[keep][order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (k_pos[1:] != k_pos[:-1]) | (k_ri[1:] != k_ri[:-1])
-    pick = keep[order[first]]
+    pick = keep[_winners(pos[keep], ri[keep], ok, finished)]
     # only what callers use (task_id strings of ~1M records are most of the cost otherwise)
     winners = keys.select(WINNER_COLUMNS).take(pa.array(pick)).to_pandas()
     winners["task_index"] = t_index.to_numpy()[pos[pick]]
     winners["rekeyed"] = ~exact[pick]
     return Collected(winners, stale, int(winners["rekeyed"].sum()))
+
+
+def _winners(pos: np.ndarray, ri: np.ndarray, ok: np.ndarray, finished: np.ndarray) -> np.ndarray:
+    """Per (pos, ri), the position of its winner: an ok record if any, then the latest
+    finished; ties keep scan order. A journal is nearly sorted by (task, rollout) and almost
+    every pair has one record, so a stable sort on one int64 key (~15 ms for 1M records; a
+    four-key lexsort took ~600 ms) does most of it and only duplicated pairs get the full
+    ordering. Returned in (pos, ri) order."""
+    if not len(pos):
+        return np.zeros(0, dtype=np.int64)
+    pair = pos * (int(ri.max()) + 1) + ri
+    order = np.argsort(pair, kind="stable")
+    sorted_pair = pair[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = sorted_pair[1:] != sorted_pair[:-1]
+    group = np.cumsum(starts) - 1
+    sizes = np.bincount(group)
+    single = sizes[group] == 1
+    picks = order[starts & single]
+    dup = order[~single]  # scan order within a pair (the sort is stable)
+    if len(dup):
+        sub = np.lexsort((-finished[dup], ~ok[dup], pair[dup]))
+        d_pair = pair[dup][sub]
+        first = np.ones(len(sub), dtype=bool)
+        first[1:] = d_pair[1:] != d_pair[:-1]
+        picks = np.concatenate([picks, dup[sub[first]]])
+    return picks[np.argsort(pair[picks], kind="stable")]
