@@ -19,6 +19,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,29 +207,38 @@ def journal_files(journal_dir: Path) -> Iterator[Path]:
             yield p
 
 
+def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int]:
+    """(where the records live, their key columns or None if unreadable/gone, torn lines)."""
+    if path.suffix == ".jsonl":
+        try:
+            keys, torn = _read_tail(path, KEY_COLUMNS)
+            return path, keys, torn
+        except FileNotFoundError:
+            # Another shard's live writer compacted this tail since the listing: it wrote the
+            # segment of the same name first, then deleted the tail. (No tail of this shard's
+            # own tasks can vanish: their writers are dead or hold our lock.)
+            path = path.with_suffix(".parquet")
+            if not path.exists():
+                return path, None, -1  # an empty tail, closed: nothing to count
+    try:
+        return path, pq.read_table(path, columns=KEY_COLUMNS), 0
+    except Exception:  # a segment is renamed into place whole; unreadable = foreign
+        return path, None, 0
+
+
 def scan_journal(journal_dir: Path) -> JournalScan:
     parts: list[pa.Table] = []
     sources: list[Path] = []
     torn = bad = 0
-    for path in journal_files(journal_dir):
-        if path.suffix == ".jsonl":
-            try:
-                t, n_torn = _read_tail(path, KEY_COLUMNS)
-            except FileNotFoundError:
-                # Another shard's live writer compacted this tail since the listing: it wrote
-                # the segment of the same name first, then deleted the tail. (No tail of this
-                # shard's own tasks can vanish: their writers are dead or hold our lock.)
-                path = path.with_suffix(".parquet")
-                if not path.exists():
-                    continue  # an empty tail, closed
-            else:
-                torn += n_torn
-        if path.suffix == ".parquet":
-            try:
-                t = pq.read_table(path, columns=KEY_COLUMNS)
-            except Exception:  # a segment is renamed into place whole; unreadable = foreign
-                bad += 1
-                continue
+    # Files are read by a few threads (Arrow releases the GIL): the journal directory is
+    # shared by all shards, so a resuming shard reads every shard's key columns.
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        scanned = list(pool.map(_scan_file, journal_files(journal_dir)))
+    for path, t, n_torn in scanned:
+        if t is None:
+            bad += n_torn == 0
+            continue
+        torn += n_torn
         src = len(sources)
         sources.append(path)
         parts.append(t.append_column("_src", pa.array(np.full(t.num_rows, src, np.int32)))
