@@ -30,24 +30,20 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardprof.atomic import atomic_path
 from rewardprof.config import Config
 from rewardprof.engine import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
-from rewardprof.records import OK, ROLLOUT_SCHEMA, FailureKind
+from rewardprof.records import OK, FailureKind
 from rewardprof.rollout.client import ChatClient, ChatResult
 from rewardprof.rollout.collected import resolve
-from rewardprof.rollout.journal import JournalWriter, ShardLock, read_rows, scan_journal
+from rewardprof.rollout.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.rollout.output import remove_stale_tmp, write_output
 from rewardprof.rollout.progress import Progress
 
 log = logging.getLogger("rewardprof.rollout")
 
 
 _WRITER_SEQ = itertools.count()
-
-
-class ShardIncomplete(RuntimeError):
-    """Too many terminal failures (over max_failed_fraction): no output is written."""
 
 
 @dataclass
@@ -309,54 +305,12 @@ def _missing_indices(tasks: pd.DataFrame, ok: pd.DataFrame) -> list[list[int]]:
     return missing
 
 
-def _write_output(run: ShardRun, out_path: Path) -> dict[str, Any]:
-    scan = scan_journal(run.journal_dir)
-    tasks = run.tasks[["task_index", "task_id", "num_repeats"]]
-    col = resolve(scan, tasks, run.gen_key)
-    expected = int(tasks["num_repeats"].sum())
-    by_status = col.winners["status"].value_counts().to_dict()
-    failed = sum(v for k, v in by_status.items() if k != OK)
-    summary = {"shard": run.shard_tag, "expected": expected, "present": len(col.winners),
-               "ok": int(by_status.get(OK, 0)), "failed": int(failed),
-               "by_status": {k: int(v) for k, v in sorted(by_status.items())},
-               "rekeyed": col.rekeyed}
-    if len(col.winners) != expected:
-        raise ShardIncomplete(f"{run.shard_tag}: {expected - len(col.winners)} of {expected} "
-                              f"rollouts missing after generation")
-    limit = run.cfg.rollout.max_failed_fraction
-    if expected and failed / expected > limit:
-        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
-        raise ShardIncomplete(
-            f"{run.shard_tag}: {failed} of {expected} rollouts failed terminally ({kinds}), "
-            f"over rollout.max_failed_fraction={limit:g}; rerun the shard to retry them")
-    picks: dict[int, list[int]] = {}
-    new_index: dict[tuple[int, int], int] = {}
-    for src, row, ti in zip(col.winners["_src"], col.winners["_row"],
-                            col.winners["task_index"], strict=True):
-        picks.setdefault(int(src), []).append(int(row))
-        new_index[(int(src), int(row))] = int(ti)
-    with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, ROLLOUT_SCHEMA,
-                                                        compression="zstd") as w:
-        for src, table in zip(sorted(picks), read_rows(scan, picks), strict=True):
-            if col.rekeyed:  # records that followed their task_id get its current index
-                idx = [new_index[(src, r)] for r in picks[src]]
-                table = table.set_column(0, "task_index", _int64(idx))
-            w.write_table(table)
-    return summary
-
-
-def _int64(values: list[int]):
-    import pyarrow as pa
-
-    return pa.array(values, pa.int64())
-
-
 def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_dir: str | Path,
               out_path: str | Path, shard_tag: str) -> dict[str, Any]:
     """Collect every missing rollout of the shard's tasks, then write the shard output."""
     journal = Path(journal_dir)
     with ShardLock(journal, shard_tag):
-        _remove_stale_tmp(journal, shard_tag, Path(out_path))
+        remove_stale_tmp(journal, shard_tag, Path(out_path))
         run = ShardRun(cfg, endpoint, _load_tasks(Path(shard_tasks)), journal, shard_tag,
                        tasks_path=Path(shard_tasks))
         missing, info = run.missing()
@@ -371,22 +325,11 @@ def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_
                 asyncio.run(_with_sigterm(run.generate(missing, progress)))
             finally:
                 progress.close()
-        summary = _write_output(run, Path(out_path))
+        summary = write_output(run.cfg, run.tasks, journal, run.gen_key, shard_tag,
+                               Path(out_path))
         summary.update(generated=todo, **info)
         log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
         return summary
-
-
-def _remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
-    """A killed attempt of this shard may have left a half-written segment or output temp
-    file (never read: their names start with '.'). Holding the shard lock, no live writer of
-    this shard owns one, so they go."""
-    stale = [*journal.glob(f".{shard_tag}-*.parquet.tmp"),
-             *out_path.parent.glob(f".{out_path.name}.tmp-*")]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    if stale:
-        log.info("%s: removed %d temp files left by a killed attempt", shard_tag, len(stale))
 
 
 async def _with_sigterm(coro) -> None:

@@ -80,7 +80,7 @@ class _OsProxy:
 
 def _install(point: str, nth: int) -> None:
     from rewardprof import atomic
-    from rewardprof.rollout import journal, runner
+    from rewardprof.rollout import journal, output
 
     calls = {"n": 0}
 
@@ -115,14 +115,14 @@ def _install(point: str, nth: int) -> None:
         when = "before" if point == "output_pre_rename" else "after"
         atomic.os = _OsProxy(lambda phase: _die() if phase == when else None)
     elif point == "output_mid_write":
-        real_read_rows = runner.read_rows
+        real_read_rows = output.read_rows
 
         def read_rows_then_die(scan, picks):
             for table in real_read_rows(scan, picks):
                 yield table.slice(0, max(1, table.num_rows // 2))
                 _die()
 
-        runner.read_rows = read_rows_then_die
+        output.read_rows = read_rows_then_die
     elif point != "random":
         raise ValueError(f"unknown kill point {point!r}")
 
