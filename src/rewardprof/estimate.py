@@ -163,7 +163,7 @@ def estimate(pilot: dict[str, Any], target: Config, gpus: int, gpus_per_engine: 
         useful_tasks = n_tasks * useful if useful is not None else math.nan
         rows.append({"label": e.label, "environment": e.environment, "basis": basis,
                      "tasks": n_tasks, "num_repeats": e.num_repeats, "rollouts": rollouts,
-                     "rollouts_per_gpu_hour": _r(rate), "gpu_hours": _r(hours, 4),
+                     "rollouts_per_gpu_hour": _r(rate), "gpu_hours": _hours(hours),
                      "useful_fraction": _r(useful), "useful_tasks": _r(useful_tasks, 1),
                      "useful_tasks_per_gpu_hour": _r(useful_tasks / hours) if hours else None})
         total_h += hours
@@ -185,9 +185,9 @@ def estimate(pilot: dict[str, Any], target: Config, gpus: int, gpus_per_engine: 
                    "engines": engines, "rollout_jobs": jobs, "waves": waves},
         "labels": rows,
         "total": {"tasks": sum(r["tasks"] for r in rows), "rollouts": total_rollouts,
-                  "gpu_hours": _r(total_h, 3),
-                  "gpu_hours_with_startup": _r(total_h + jobs * overhead_h * gpus_per_engine, 3),
-                  "wall_hours": _r(wall_h, 3), "useful_tasks": _r(total_useful, 1),
+                  "gpu_hours": _hours(total_h),
+                  "gpu_hours_with_startup": _hours(total_h + jobs * overhead_h * gpus_per_engine),
+                  "wall_hours": _hours(wall_h), "useful_tasks": _r(total_useful, 1),
                   "useful_tasks_per_gpu_hour": _r(total_useful / total_h) if total_h else None},
     }
 
@@ -195,6 +195,12 @@ def estimate(pilot: dict[str, Any], target: Config, gpus: int, gpus_per_engine: 
 def _r(x: Any, nd: int = 3) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) \
         or pd.isna(x) else round(float(x), nd)
+
+
+def _hours(x: float) -> float | None:
+    """Hours to 5 significant figures: a small pilot's 0.0689 h and a sweep's 1,234.5 h keep
+    the same relative precision (fixed decimals turned the total of 0.0689 h into 0.069)."""
+    return None if not math.isfinite(x) else float(f"{x:.5g}")
 
 
 def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
