@@ -27,10 +27,7 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
                 os.fsync(f.fileno())
         os.replace(tmp, final)
     except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
 
 
@@ -40,12 +37,16 @@ def _remove_dead_writers_tmp(final: Path, host: str) -> None:
     filesystem another node's pid says nothing here."""
     for tmp in final.parent.glob(f".{final.name}.tmp-{host}-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+        if pid.isdigit() and not _alive(int(pid)):
+            _remove(tmp)
+
+
+def _remove(tmp: Path) -> None:
+    """A temp output: a file, or a directory (a Parquet dataset)."""
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
