@@ -207,8 +207,9 @@ def journal_files(journal_dir: Path) -> Iterator[Path]:
             yield p
 
 
-def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int]:
-    """(where the records live, their key columns or None if unreadable/gone, torn lines)."""
+def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int] | None:
+    """(where the records live, their key columns or None if unreadable, torn lines); None
+    when the file is gone with nothing in its place."""
     if path.suffix == ".jsonl":
         try:
             keys, torn = _read_tail(path, KEY_COLUMNS)
@@ -219,7 +220,7 @@ def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int]:
             # own tasks can vanish: their writers are dead or hold our lock.)
             path = path.with_suffix(".parquet")
             if not path.exists():
-                return path, None, -1  # an empty tail, closed: nothing to count
+                return None  # an empty tail, closed
     try:
         return path, pq.read_table(path, columns=KEY_COLUMNS), 0
     except Exception:  # a segment is renamed into place whole; unreadable = foreign
@@ -234,9 +235,9 @@ def scan_journal(journal_dir: Path) -> JournalScan:
     # shared by all shards, so a resuming shard reads every shard's key columns.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         scanned = list(pool.map(_scan_file, journal_files(journal_dir)))
-    for path, t, n_torn in scanned:
+    for path, t, n_torn in filter(None, scanned):
         if t is None:
-            bad += n_torn == 0
+            bad += 1
             continue
         torn += n_torn
         src = len(sources)
