@@ -16,6 +16,7 @@ resource is a `verifier_error` naming it.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import Any
 
@@ -32,8 +33,33 @@ from rewardprof.records import FailureKind
 GRADING_MODES = ("binary", "fraction")
 
 
-@cache
+# langdetect (IFEval's english_lowercase, english_capital, response_language) samples n-grams
+# at random: unseeded, one text scores differently from call to call ('hello, world' passed
+# english_lowercase in ~90 of 100 calls). With a seed every detect() reseeds its own RNG, so a
+# text gets one verdict in every process and every run. Its language profiles load lazily and
+# not thread-safely (a detect() racing the first load sees a partial profile set), so they are
+# loaded here, once, under a lock, before any check runs.
+LANGDETECT_SEED = 0
+_LOAD_LOCK = threading.Lock()
+
+
+def _seed_langdetect() -> None:
+    from langdetect import DetectorFactory, detector_factory
+
+    DetectorFactory.seed = LANGDETECT_SEED
+    detector_factory.init_factory()
+
+
 def _registries() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both instruction registries, with langdetect seeded and loaded. Called before any check
+    runs, in each process that scores (pool workers, forked or spawned; inline library use)."""
+    with _LOAD_LOCK:
+        return _load_registries()
+
+
+@cache
+def _load_registries() -> tuple[dict[str, Any], dict[str, Any]]:
+    _seed_langdetect()
     import nltk
 
     # if_verifiable.ifbench calls nltk.download() at import; rewardprof never fetches at run time
