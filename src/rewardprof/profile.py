@@ -1,8 +1,10 @@
 """profile: one row per task with its reward distribution, split per entry by index range.
 
 Rewards are over ok rollouts only; failures are counted by kind (`num_failed/<kind>`) and never
-enter a mean as 0. A rollout passes when reward >= profile.pass_threshold. Token statistics are
-over every rollout that produced a completion. Every column is computed with whole-array
+enter a mean as 0 (an "ok" record without a reward counts as a verifier_error, so every task has
+num_rollouts + num_failed + missing_num_rollouts == expected_num_rollouts). A rollout passes
+when reward >= profile.pass_threshold. Token statistics are over every rollout that produced a
+completion. Every column is computed with whole-array
 operations keyed by task position (np.bincount, one pandas groupby for min/max/median), so a
 sweep of millions of rollouts profiles in seconds; docs/profile.md defines each column.
 """
@@ -24,11 +26,12 @@ from rewardprof.atomic import atomic_path, write_json_atomic
 from rewardprof.config import Config
 from rewardprof.jsonl import write_table_jsonl
 from rewardprof.profile_summary import format_table, label_summary, overall_summary
-from rewardprof.records import OK
+from rewardprof.records import OK, FailureKind
 from rewardprof.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 
 _ROLLOUT_COLS = ["task_index", "rollout_index", "status", "reward", "finish_reason",
                  "completion_tokens"]
+VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
 _TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
 
 
@@ -86,6 +89,9 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     is_ok = codes == (kinds.index(OK) if OK in kinds else -2)
     reward = r["reward"].to_numpy(dtype=float, na_value=np.nan)
     ok = is_ok & ~np.isnan(reward)
+    # "ok" without a reward (older runs; rollout now records verifier_error) is a verifier
+    # failure, so ok + failed + missing == expected for every task
+    no_reward = is_ok & ~ok
     truncated = (r["finish_reason"] == "length").to_numpy()
     tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
     has_tokens = ~np.isnan(tokens)
@@ -103,10 +109,12 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols["num_rollouts"] = n
     cols["expected_num_rollouts"] = expected
     cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
-    failed = ~is_ok
+    failed = ~ok
     cols["num_failed"] = count(failed)
-    for kind in sorted(set(kinds) - {OK}):
-        cols[f"num_failed/{kind}"] = count(codes == kinds.index(kind))
+    for kind in sorted(set(kinds) - {OK} | ({VERIFIER_ERROR} if no_reward.any() else set())):
+        of_kind = codes == (kinds.index(kind) if kind in kinds else -2)
+        cols[f"num_failed/{kind}"] = count(of_kind | no_reward if kind == VERIFIER_ERROR
+                                           else of_kind)
     cols["num_truncated"] = count(truncated)
     passed = ok & (reward >= p.pass_threshold)
     c = count(passed)

@@ -98,3 +98,64 @@ def test_label_summary_splits_by_index_range(tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert recs[0]["sample"] == {"q": 0} and recs[0]["pass@2"] == pytest.approx(5 / 6)
     assert recs[0]["mean/reward"] == 0.5
+
+
+def _accounting(prof: pd.DataFrame) -> pd.Series:
+    return (prof["num_rollouts"] + prof["num_failed"] + prof["missing_num_rollouts"]
+            == prof["expected_num_rollouts"])
+
+
+def test_ok_with_null_reward_counts_as_a_verifier_error():
+    """Issue #14: an `ok` record with reward null (older runs) was counted in neither
+    num_rollouts nor num_failed, so ok + failed + missing != K."""
+    rollouts = _rollouts()
+    rollouts.loc[(rollouts.task_index == 0) & (rollouts.rollout_index == 2), "reward"] = None
+    rollouts.loc[(rollouts.task_index == 1) & (rollouts.rollout_index == 0), "reward"] = np.nan
+    prof = task_profile(_cfg(), _tasks(), rollouts)
+    assert _accounting(prof).all(), prof[["num_rollouts", "num_failed", "missing_num_rollouts"]]
+    t0, t1 = prof.set_index("task_index").loc[0], prof.set_index("task_index").loc[1]
+    assert (t0["num_rollouts"], t0["num_failed"], t0["num_failed/verifier_error"]) == (3, 1, 1)
+    assert t0["pass_rate"] == pytest.approx(2 / 3)  # the null is not a 0
+    assert (t1["num_rollouts"], t1["num_failed"]) == (2, 2)
+    assert (t1["num_failed/verifier_error"], t1["num_failed/engine_error"]) == (1, 1)
+    report = {"entries": [{"label": "a", "environment": "math", "start": 0, "end": 3}]}
+    (a,) = label_summary(prof, report, rollouts)
+    assert a["failed_by_kind"] == {"engine_error": 1, "verifier_error": 2}
+    assert a["rollouts"] + a["failed"] + a["missing_rollouts"] == a["expected_rollouts"]
+
+
+def test_ok_with_null_reward_adds_to_existing_verifier_errors():
+    rollouts = _rollouts()
+    rollouts.loc[(rollouts.task_index == 2) & (rollouts.rollout_index == 0),
+                 ["status", "reward"]] = ["verifier_error", None]
+    rollouts.loc[(rollouts.task_index == 2) & (rollouts.rollout_index == 1), "reward"] = None
+    prof = task_profile(_cfg(), _tasks(), rollouts).set_index("task_index")
+    assert prof.loc[2, "num_failed/verifier_error"] == 2 and prof.loc[2, "num_rollouts"] == 1
+    assert _accounting(prof.reset_index()).all()
+    assert prof["num_failed"].sum() == sum(prof[c].sum() for c in prof.columns
+                                           if c.startswith("num_failed/"))
+
+
+def test_rollout_records_ok_without_reward_as_verifier_error():
+    """At record creation (rollout runner's verdict step): new runs never store ok + null."""
+    import asyncio
+
+    from rewardprof.environments import Verdict, VerifyContext
+    from rewardprof.rollout.runner import _verify
+
+    class NoReward:
+        name = "no_reward"
+
+        def __init__(self, reward):
+            self.reward = reward
+
+        async def verify(self, row, completion, ctx):
+            return Verdict(self.reward, extras={"why": "forgot"})
+
+    for reward in (None, float("nan")):
+        v = asyncio.run(_verify(NoReward(reward), {}, "text", VerifyContext()))
+        assert (v.status, v.reward) == ("verifier_error", None)
+        assert "'no_reward' returned status ok with reward" in v.detail
+        assert v.extras == {"why": "forgot"}
+    ok = asyncio.run(_verify(NoReward(0.0), {}, "text", VerifyContext()))
+    assert (ok.status, ok.reward) == ("ok", 0.0)

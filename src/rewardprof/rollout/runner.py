@@ -255,9 +255,14 @@ def _make_pool(workers: int):
 
 async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) -> Verdict:
     try:
-        return await env.verify(row, text, ctx)
+        verdict = await env.verify(row, text, ctx)
     except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
         return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
+    if verdict.status == OK and (verdict.reward is None or verdict.reward != verdict.reward):
+        # "ok" without a reward would count as neither scored nor failed (issue #14)
+        return Verdict.failure(FailureKind.VERIFIER_ERROR, f"environment {env.name!r} returned "
+                               f"status ok with reward {verdict.reward}", **verdict.extras)
+    return verdict
 
 
 def _load_tasks(path: Path) -> pd.DataFrame:
