@@ -7,7 +7,8 @@ one JSONL file per label and one combined file, plus a kept/dropped report per l
 Keep rules (config `export`, applied in this order; a dropped task is counted under the first
 rule that drops it): fewer than `min_rollouts` scored rollouts (`no_rollouts`), pass rate 0
 (`all_fail`), pass rate 1 (`all_pass`), below `min_pass_rate`, above `max_pass_rate`, below
-`min_grpo_signal` (`low_grpo_signal`).
+`min_grpo_signal` (`low_grpo_signal`), and last, a label whose `target_share` is 0
+(`zero_target_share`: 0 leaves the label out of every export file, not in with weight 0).
 
 Weights: with `target_share` {label: share}, every kept task of label l gets
     weight_l = share_l / sum(shares) * kept_total / kept_l
@@ -34,7 +35,7 @@ from rewardprof.config import Config
 from rewardprof.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
 
 REASONS = ["no_rollouts", "all_fail", "all_pass", "below_min_pass_rate", "above_max_pass_rate",
-           "low_grpo_signal"]
+           "low_grpo_signal", "zero_target_share"]
 PROFILE_FIELDS = ["task_index", "task_id", "label", "environment", "num_rollouts",
                   "expected_num_rollouts", "num_passed", "pass_rate", "pass_rate_excl_truncated",
                   "pass_rate_ci_low", "pass_rate_ci_high", "grpo_signal", "grpo_signal_pass",
@@ -59,12 +60,21 @@ def drop_reasons(cfg: Config, table: pa.Table) -> np.ndarray:
         (rate < ex.min_pass_rate) if ex.min_pass_rate is not None else None,
         (rate > ex.max_pass_rate) if ex.max_pass_rate is not None else None,
         ~(signal >= ex.min_grpo_signal) if ex.min_grpo_signal is not None else None,
+        _zero_share(table, ex.target_share),
     ]
     reason = np.full(table.num_rows, -1, dtype=np.int64)
     for i, mask in enumerate(rules):
         if mask is not None:
             reason[(reason == -1) & mask] = i
     return reason
+
+
+def _zero_share(table: pa.Table, share: dict[str, float]) -> np.ndarray | None:
+    """Tasks of labels with target share 0 (None when there are none)."""
+    zero = [lbl for lbl, s in share.items() if s == 0]
+    if not zero:
+        return None
+    return np.isin(table.column("label").to_numpy(), zero)
 
 
 def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str, float], list]:

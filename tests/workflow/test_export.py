@@ -86,7 +86,7 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     assert (a["tasks"], a["kept"], a["dropped"]) == (4, 1, 3)
     assert a["dropped_by"] == {"no_rollouts": 1, "all_fail": 1, "all_pass": 1,
                                "below_min_pass_rate": 0, "above_max_pass_rate": 0,
-                               "low_grpo_signal": 0}
+                               "low_grpo_signal": 0, "zero_target_share": 0}
     assert (b["tasks"], b["kept"], b["dropped"]) == (4, 2, 2)
     assert b["dropped_by"]["all_pass"] == 1 and b["dropped_by"]["all_fail"] == 1
     # target 50/50 over 3 kept tasks: a's one task weighs 1.5, b's two 0.75 each
@@ -107,6 +107,38 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     assert rp["weight"] == pytest.approx(1.5)
     assert rp["grpo_signal"] == pytest.approx(1 - 2 * 0.5 ** 8)
     assert rp["pass@2"] == pytest.approx(1 - 1 / 6)
+
+
+def test_target_share_zero_leaves_the_label_out(run, tmp_path):
+    """Issue #14: `target_share: {a: 0}` wrote a's rows to combined.jsonl with weight 0; the
+    docs say 0 leaves a label out."""
+    import yaml
+
+    root, _ = run
+    cfg = yaml.safe_load((root / "run.yaml").read_text())
+    cfg["export"]["target_share"] = {"a": 0, "b": 1}
+    (tmp_path / "zero.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "export"
+    r = _rewardprof("export", "--config", str(tmp_path / "zero.yaml"),
+                    "--profile", str(root / "results/t/profile/tasks.parquet"),
+                    "--report", str(root / "results/t/materialize/report.json"),
+                    "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    combined = [json.loads(x) for x in (out / "combined.jsonl").read_text().splitlines()]
+    assert {row["reward_profile"]["label"] for row in combined} == {"b"}
+    assert _questions(combined) == ["5 + 5", "6 + 6"]
+    # b alone holds all the weight: the weights sum to the rows exported
+    assert [row["reward_profile"]["weight"] for row in combined] == [1.0, 1.0]
+    assert (out / "by_label/a.jsonl").read_text() == ""
+    report = json.loads((out / "report.json").read_text())
+    a, b = report["labels"]
+    # a's one task with signal is dropped by the share; the other rules still count first
+    assert (a["kept"], a["dropped"], a["weight"]) == (0, 4, 0.0)
+    assert a["dropped_by"]["zero_target_share"] == 1 and a["dropped_by"]["all_fail"] == 1
+    assert (b["kept"], b["weight"], b["kept_share"]) == (2, 1.0, 1.0)
+    assert (report["kept"], report["dropped"]) == (2, 6) and report["notes"] == []
+    assert "a: kept 0 of 4 (dropped: no_rollouts 1, all_fail 1, all_pass 1, " \
+           "zero_target_share 1)" in r.stdout
 
 
 def test_profile_counts_failures_and_truncation(run):
