@@ -9,6 +9,8 @@
   - every rollout's task_id matches its task (shard outputs and merged dataset)
   - the merged rollouts.parquet holds exactly the union of the shard outputs
   - every label has rollouts, and every label is complete (all of tasks x num_repeats present)
+  - every rollout, in the shard outputs and the merged dataset, has one and the same gen_key
+    (model, sampling and seed scheme: shards made before a change are not mixed with new ones)
 
 Only key columns are read (never completion text). Exit 0 when all hold, else 1 with the list.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 _LAYOUT = re.compile(r"^(\d+)-of-(\d+)\.parquet$")
@@ -143,6 +146,15 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
     union = np.concatenate(shard_keys) if shard_keys else np.empty(0, np.int64)
 
     merged_path = run / "rollouts.parquet"
+    keys_by_file: dict[str, dict[str, int]] = {}
+    if n is not None:
+        for i in range(n):
+            p = run / "rollouts" / f"{i}-of-{n}.parquet"
+            if p.exists():
+                keys_by_file[str(p)] = _gen_keys(p)
+    if merged_path.exists():
+        keys_by_file[str(merged_path)] = _gen_keys(merged_path)
+    _check_gen_keys(keys_by_file, problems)
     if merged_path.exists():
         k = _keys(merged_path, ["task_index", "rollout_index", "task_id"])
         _rollout_problems(str(merged_path), k, tasks, problems)
@@ -162,6 +174,26 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
     counts["rollouts"] = len(present)
     _check_labels(report, tasks, present, problems)
     return problems, counts
+
+
+def _gen_keys(path: Path) -> dict[str, int]:
+    counts = pc.value_counts(pq.read_table(path, columns=["gen_key"]).column("gen_key"))
+    return {str(v["values"]): int(v["counts"]) for v in counts.to_pylist()}
+
+
+def _check_gen_keys(keys_by_file: dict[str, dict[str, int]], problems: list[str]) -> None:
+    """One gen_key everywhere: rollouts of another model, sampling setup or seed scheme (e.g.
+    a shard output written before an upgrade, next to new ones) are not one dataset."""
+    files: dict[str, list[str]] = {}
+    for f, counts in keys_by_file.items():
+        for key in counts:
+            files.setdefault(key, []).append(Path(f).name)
+    if len(files) > 1:
+        where = "; ".join(f"{key} in {', '.join(names[:3])}"
+                          f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+                          for key, names in sorted(files.items()))
+        problems.append(f"rollouts carry {len(files)} different gen_keys (model, sampling or "
+                        f"seed scheme): {where}; rerun the shards of the old setup")
 
 
 def _check_shard_tasks(run: Path, n: int, tasks: _Tasks, problems: list[str]) -> None:

@@ -23,6 +23,9 @@ from pydantic import (
 )
 
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
+# r (rewardprof.rollout.runner.task_seed): K is at most 2^12.
+MAX_NUM_REPEATS = 1 << 12
 
 
 class ConfigError(ValueError):
@@ -53,7 +56,10 @@ class Entry(_Strict):
     source: str | GeneratorSource = Field(
         description="JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."
     )
-    num_repeats: Annotated[int, Field(gt=0)] = Field(4, description="K: rollouts per task.")
+    num_repeats: Annotated[int, Field(gt=0)] = Field(
+        4, description=f"K: rollouts per task (at most {MAX_NUM_REPEATS}: the rollout index "
+        f"takes the low bits of each rollout's seed, docs/robustness.md)."
+    )
     limit: Annotated[int, Field(gt=0)] | None = Field(
         None, description="Maximum number of tasks taken from this source."
     )
@@ -64,6 +70,14 @@ class Entry(_Strict):
     options: dict[str, Any] = Field(
         default_factory=dict, description="Environment-specific options (see docs/environments.md)."
     )
+
+    @field_validator("num_repeats")
+    @classmethod
+    def _repeats_fit_the_seed(cls, v: int) -> int:
+        if v > MAX_NUM_REPEATS:
+            raise ValueError(f"at most {MAX_NUM_REPEATS} rollouts per task (the rollout index "
+                             f"takes the low 12 bits of each rollout's seed, docs/robustness.md)")
+        return v
 
 
 class Sampling(_Strict):
@@ -94,6 +108,14 @@ class Engine(_Strict):
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra fields merged into every request body."
+    )
+    return_token_ids: bool | None = Field(
+        None,
+        description="Ask for each sample's token ids (`return_token_ids: true`, a vLLM "
+        "extension) so completion_tokens is exact per rollout. null: true in serve mode "
+        "(always vLLM), false in endpoint mode (other providers may reject the field; set "
+        "true for a vLLM endpoint). Without ids a request's usage total is split by text "
+        "length (completion_tokens_source 'apportioned').",
     )
     serve_args: list[str] = Field(
         default_factory=list, description="Extra command-line arguments for the vLLM server."

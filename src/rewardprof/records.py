@@ -36,6 +36,11 @@ ROLLOUT_SCHEMA = pa.schema(
         ("finish_reason", pa.string()),
         ("prompt_tokens", pa.int32()),
         ("completion_tokens", pa.int32()),
+        # where completion_tokens came from: "engine" (the sample's own token ids), "usage"
+        # (usage.completion_tokens of a response with this one sample, or what remained of it),
+        # "apportioned" (a several-sample usage total split by text length: an estimate that
+        # depends on request batching); null: no count, or a record from before this column
+        ("completion_tokens_source", pa.string()),
         ("completion", pa.string()),
         ("extras", pa.string()),  # verifier extras, JSON text
         ("error", pa.string()),  # failure detail, one line
@@ -54,3 +59,20 @@ ROLLOUT_SCHEMA = pa.schema(
 )
 
 COLUMN_NAMES = ROLLOUT_SCHEMA.names
+
+
+class TokensSource:
+    """Values of `completion_tokens_source`."""
+
+    ENGINE = "engine"
+    USAGE = "usage"
+    APPORTIONED = "apportioned"
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """`table` as ROLLOUT_SCHEMA: columns added since it was written (journal segments and
+    shard outputs of older versions) come back null, in schema order."""
+    missing = [f for f in ROLLOUT_SCHEMA if f.name not in table.column_names]
+    for f in missing:
+        table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)

@@ -97,10 +97,10 @@ def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
 
 
 def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
-    k = 4
+    k = 8
     data, shard = make_shard(tmp_path, k)
-    grouped = _run(vllm, data, shard, tmp_path / "grouped.parquet",
-                   extra_body={"return_token_ids": True})
+    # no extra_body: serve mode asks for token ids by itself (engine.return_token_ids)
+    grouped = _run(vllm, data, shard, tmp_path / "grouped.parquet", max_n=8)
     assert len(grouped) == k * len(QUESTIONS)
     assert (grouped["status"] == "ok").all(), grouped[["status", "error"]]
     assert (grouped["request_n"] == k).all()  # one n=K request per task
@@ -108,6 +108,7 @@ def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     # usage: prompt counted per request, completion tokens per sample (exact: token ids)
     assert (grouped["prompt_tokens"] > 10).all()
     assert grouped["completion_tokens"].between(1, 16).all()
+    assert (grouped["completion_tokens_source"] == "engine").all()  # exact, not apportioned
     # truncation is recorded: 16 tokens rarely finish an answer
     assert set(grouped["finish_reason"]) <= {"stop", "length"}
     long = grouped[grouped["finish_reason"] == "length"]
@@ -117,12 +118,14 @@ def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     seeds = [task_seed(3, t) + r for t, r in zip(grouped["task_id"], grouped["rollout_index"],
                                                   strict=True)]
     assert grouped["seed"].tolist() == seeds
+    assert grouped["seed"].max() >= 2**32  # 63-bit seeds (seed scheme 2) are taken as given
 
     # The same rollouts one request each (n=1, seed = task seed + rollout index): identical
     # text. This is what lets a partially collected task ask only for its missing indices.
-    single = _run(vllm, data, shard, tmp_path / "single.parquet",
-                  extra_body={"return_token_ids": True}, max_n=1)
+    # And identical per-rollout token counts: they do not depend on engine.max_n.
+    single = _run(vllm, data, shard, tmp_path / "single.parquet", max_n=1)
     assert (single["request_n"] == 1).all()
     assert single["completion"].tolist() == grouped["completion"].tolist()
     assert single["completion_tokens"].tolist() == grouped["completion_tokens"].tolist()
+    assert (single["completion_tokens_source"] == "engine").all()
     assert single["finish_reason"].tolist() == grouped["finish_reason"].tolist()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from rewardprof.rollout.collected import resolve
@@ -64,7 +66,41 @@ def test_units_group_consecutive_indices_up_to_max_n():
 def test_task_seed_is_stable_and_leaves_room_for_k():
     s = task_seed(0, "abc")
     assert s == task_seed(0, "abc") != task_seed(1, "abc")
-    assert s % 65536 == 0 and s + 65535 < 2**31
+    assert s % 4096 == 0 and 0 <= s <= 2**63 - 4096  # s + r: a signed 64-bit seed for vLLM
+
+
+def test_resolve_counts_stale_records_per_gen_key(tmp_path):
+    w = JournalWriter(tmp_path, "w", interval_s=3600, max_records=2)
+    w.append(_rec(0, 0, "A", key="old"))
+    w.append(_rec(0, 1, "A", key="old"))
+    w.append(_rec(0, 0, "A", key="other"))
+    w.append(_rec(0, 1, "A", key="g"))
+    w.append(_rec(1, 0, "Z", key="old"))  # not one of these tasks: not counted
+    w.close()
+    tasks = pd.DataFrame({"task_index": [0], "task_id": ["A"], "num_repeats": [2]})
+    col = resolve(scan_journal(tmp_path), tasks, "g")
+    assert col.stale == 3 and col.stale_keys == {"old": 2, "other": 1}
+    assert col.winners["rollout_index"].tolist() == [1]
+
+
+def test_segments_of_an_older_schema_read_with_new_columns_null(tmp_path):
+    """A segment written before a column was added (completion_tokens_source) still reads:
+    the new column comes back null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rewardprof.records import COLUMN_NAMES, ROLLOUT_SCHEMA
+    from rewardprof.rollout.journal import read_rows
+
+    old = pa.schema([f for f in ROLLOUT_SCHEMA if f.name != "completion_tokens_source"])
+    rec = dict(_rec(0, 0), completion_tokens=7)
+    pq.write_table(pa.Table.from_pylist([rec], schema=old), tmp_path / "w.000000.parquet")
+    (tmp_path / "w.000001.jsonl").write_text(json.dumps(_rec(0, 1)) + "\n")
+    scan = scan_journal(tmp_path)
+    tables = list(read_rows(scan, {0: [0], 1: [0]}))
+    assert all(t.schema == ROLLOUT_SCHEMA and t.column_names == COLUMN_NAMES for t in tables)
+    assert tables[0].column("completion_tokens").to_pylist() == [7]
+    assert [t.column("completion_tokens_source").to_pylist() for t in tables] == [[None]] * 2
 
 
 def test_shard_lock_is_exclusive(tmp_path):

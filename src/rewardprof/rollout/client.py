@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from rewardprof.config import Rollout
-from rewardprof.records import FailureKind
+from rewardprof.records import FailureKind, TokensSource
 
 _CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "too long",
                     "max_model_len", "maximum model length")
@@ -33,6 +33,7 @@ class Choice:
     text: str
     finish_reason: str | None
     completion_tokens: int | None
+    tokens_source: str | None = None  # a TokensSource: how completion_tokens was counted
 
 
 @dataclass
@@ -92,21 +93,31 @@ def _parse_choices(payload: Any, n: int) -> tuple[list[Choice], int | None]:
         index = c.get("index", pos)
         if not isinstance(index, int) or not 0 <= index < n:
             raise _Attempt(FailureKind.ENGINE_ERROR, f"choice index {index!r} out of range", True)
-        tokens = len(c["token_ids"]) if isinstance(c.get("token_ids"), list) else None
-        choices.append(Choice(index, msg.get("content") or "", c.get("finish_reason"), tokens))
+        ids = c.get("token_ids")
+        tokens, source = (len(ids), TokensSource.ENGINE) if isinstance(ids, list) else (None, None)
+        choices.append(Choice(index, msg.get("content") or "", c.get("finish_reason"), tokens,
+                              source))
     total = usage.get("completion_tokens")
     unknown = [c for c in choices if c.completion_tokens is None]
     if unknown and isinstance(total, int):
-        if len(choices) == 1:
-            choices[0].completion_tokens = total
+        known = sum(c.completion_tokens or 0 for c in choices)
+        if len(unknown) == 1:  # the only sample without ids: exactly what usage has left
+            unknown[0].completion_tokens = max(0, total - known)
+            unknown[0].tokens_source = TokensSource.USAGE
         else:
-            # The API reports one sum for n samples; split it by text length (an estimate,
-            # exact when the server returns token_ids).
-            known = sum(c.completion_tokens or 0 for c in choices)
+            # The fallback when the server sent no token_ids (engine.return_token_ids): the
+            # API reports one sum for n samples, split here by text length. An estimate that
+            # depends on how rollouts were batched into requests; labeled as such.
+            # Largest remainders: the shares add up to the request's total.
             chars = sum(len(c.text) for c in unknown) or len(unknown)
-            for c in unknown:
-                share = (len(c.text) or chars / len(unknown)) / chars
-                c.completion_tokens = round(max(0, total - known) * share)
+            exact = [max(0, total - known) * (len(c.text) or chars / len(unknown)) / chars
+                     for c in unknown]
+            counts = [int(x) for x in exact]
+            by_rest = sorted(range(len(unknown)), key=lambda i: counts[i] - exact[i])
+            for i in by_rest[:max(0, total - known) - sum(counts)]:
+                counts[i] += 1
+            for c, count in zip(unknown, counts, strict=True):
+                c.completion_tokens, c.tokens_source = count, TokensSource.APPORTIONED
     return choices, usage.get("prompt_tokens")
 
 
@@ -193,7 +204,7 @@ class ChatClient:
                 if idx in got:
                     c = got[idx]
                     result.choices.append(Choice(idx, c.text, c.finish_reason,
-                                                 c.completion_tokens))
+                                                 c.completion_tokens, c.tokens_source))
                     pending.remove(idx)
             if pending:
                 last = _Attempt(FailureKind.ENGINE_ERROR,

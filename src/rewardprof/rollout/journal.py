@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from rewardprof.records import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA
+from rewardprof.records import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA, conform
 
 
 class JournalLocked(RuntimeError):
@@ -268,5 +268,5 @@ def _read_source(path: Path) -> pa.Table:
 def read_rows(scan: JournalScan, picks: dict[int, list[int]]) -> Iterator[pa.Table]:
     """Full records for the chosen rows, one source at a time (bounded memory)."""
     for src, rows in sorted(picks.items()):
-        table = _read_source(scan.sources[src]).select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)
+        table = conform(_read_source(scan.sources[src]))  # old segments lack new columns
         yield table.take(pa.array(rows, pa.int64()))

@@ -7,11 +7,13 @@ terminal failures are within `rollout.max_failed_fraction`.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.atomic import atomic_path
@@ -56,13 +58,18 @@ def write_output(cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: s
                             col.winners["task_index"], strict=True):
         picks.setdefault(int(src), []).append(int(row))
         new_index[(int(src), int(row))] = int(ti)
+    sources: Counter[str] = Counter()
     with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, ROLLOUT_SCHEMA,
                                                         compression="zstd") as w:
         for src, table in zip(sorted(picks), read_rows(scan, picks), strict=True):
             if col.rekeyed:  # records that followed their task_id get its current index
                 idx = [new_index[(src, r)] for r in picks[src]]
                 table = table.set_column(0, "task_index", pa.array(idx, pa.int64()))
+            for v in pc.value_counts(table.column("completion_tokens_source")).to_pylist():
+                sources[v["values"] or "none"] += v["counts"]
             w.write_table(table)
+    # how completion_tokens were counted: "apportioned" ones depend on request batching
+    summary["completion_tokens_source"] = dict(sorted(sources.items()))
     return summary
 
 

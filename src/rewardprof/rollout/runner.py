@@ -30,10 +30,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardprof.config import Config
+from rewardprof.config import MAX_NUM_REPEATS, Config
 from rewardprof.engine import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
-from rewardprof.records import OK, FailureKind
+from rewardprof.records import OK, FailureKind, TokensSource
 from rewardprof.rollout.client import ChatClient, ChatResult
 from rewardprof.rollout.collected import resolve
 from rewardprof.rollout.journal import JournalWriter, ShardLock, scan_journal
@@ -54,18 +54,56 @@ class Unit:
     indices: list[int]
 
 
-def gen_key(cfg: Config, model: str) -> str:
-    """Fingerprint of what a rollout's text depends on; records of another key are not reused."""
+# How a rollout's seed derives from its task (task_seed below). Part of gen_key: records made
+# under another scheme are stale (not reused, regenerated), so one shard never mixes schemes.
+#   1: 15 bits of sha256 << 16 (before issue #14: 2^15 distinct bases, shared at scale)
+#   2: 51 bits of sha256 << 12, rollout index in the low 12 bits (docs/robustness.md)
+SEED_SCHEME = 2
+ROLLOUT_BITS = 12  # K <= 2^12 (config: MAX_NUM_REPEATS)
+assert MAX_NUM_REPEATS <= 1 << ROLLOUT_BITS
+_BASE_MASK = ((1 << 63) - 1) & ~((1 << ROLLOUT_BITS) - 1)
+
+
+def _gen_spec(cfg: Config, model: str) -> dict[str, Any]:
     s = cfg.sampling
-    spec = {"model": model, "temperature": s.temperature, "top_p": s.top_p,
+    return {"model": model, "temperature": s.temperature, "top_p": s.top_p,
             "max_tokens": s.max_tokens, "seed": s.seed, "extra_body": cfg.engine.extra_body}
+
+
+def _fingerprint(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def gen_key(cfg: Config, model: str) -> str:
+    """Fingerprint of what a rollout's text depends on; records of another key are not reused.
+    return_token_ids (in extra_body or engine.return_token_ids) only adds token ids to the
+    response, never changes the text: it is left out."""
+    spec = _gen_spec(cfg, model)
+    spec["extra_body"] = {k: v for k, v in spec["extra_body"].items() if k != "return_token_ids"}
+    spec["seed_scheme"] = SEED_SCHEME
+    return _fingerprint(spec)
+
+
+def legacy_gen_key(cfg: Config, model: str) -> str:
+    """The gen_key the same config had under seed scheme 1 (to name such records in the log)."""
+    return _fingerprint(_gen_spec(cfg, model))
+
+
 def task_seed(base_seed: int, task_id: str) -> int:
-    """Rollout r of a task samples with seed task_seed + r (vLLM gives choice j seed + j)."""
+    """Rollout r of a task samples with seed task_seed + r (vLLM gives choice j seed + j).
+
+    Bits 12..62 of the seed are the top 51 bits of sha256("<base_seed>:<task_id>"), the low 12
+    bits are 0 and take r < 2^12: task_seed + r <= 2^63 - 1 (vLLM takes a signed 64-bit seed),
+    and two tasks share seeds only when their 51-bit bases collide (docs/robustness.md)."""
     digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFF0000
+    return (int.from_bytes(digest[:8], "big") >> 1) & _BASE_MASK
+
+
+def wants_token_ids(cfg: Config) -> bool:
+    """Whether requests carry return_token_ids: true (engine.return_token_ids; null: serve
+    mode only, where the engine is always vLLM)."""
+    flag = cfg.engine.return_token_ids
+    return cfg.engine.mode == "serve" if flag is None else flag
 
 
 def _units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
@@ -95,6 +133,7 @@ class ShardRun:
         self._text: dict[int, tuple[str, str]] = {}
         self.journal_dir, self.shard_tag = journal_dir, shard_tag
         self.gen_key = gen_key(cfg, endpoint.model)
+        self._token_ids = wants_token_ids(cfg)
         # unique per writer, also for two runs of one shard in one process within a second
         self.writer_id = (f"{shard_tag}-{int(time.time())}-{socket.gethostname()}-"
                           f"{os.getpid()}-{next(_WRITER_SEQ)}")
@@ -116,13 +155,17 @@ class ShardRun:
         ok = col.winners[col.winners["status"] == OK]
         missing = _missing_indices(self.tasks, ok)
         info = {"journaled_ok": len(ok), "stale": col.stale, "rekeyed": col.rekeyed,
-                "torn_lines": scan.torn_lines}
+                "torn_lines": scan.torn_lines,
+                "stale_seed_scheme_1": col.stale_keys.get(
+                    legacy_gen_key(self.cfg, self.endpoint.model), 0)}
         return missing, info
 
     def _body(self, messages: list[dict], n: int, seed: int) -> dict[str, Any]:
         s = self.cfg.sampling
         body = {"model": self.endpoint.model, "messages": messages, "n": n, "seed": seed,
                 "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens}
+        if self._token_ids:
+            body["return_token_ids"] = True  # exact per-sample counts, whatever n is
         body.update(self.cfg.engine.extra_body)
         return body
 
@@ -157,6 +200,7 @@ class ShardRun:
                 rec.update(status=verdict.status, reward=verdict.reward,
                            error=verdict.detail, finish_reason=choice.finish_reason,
                            completion=choice.text, completion_tokens=choice.completion_tokens,
+                           completion_tokens_source=choice.tokens_source,
                            extras=json.dumps(verdict.extras, ensure_ascii=False, default=str),
                            verify_s=time.monotonic() - t0, finished_at=time.time())
                 tokens += choice.completion_tokens or 0
@@ -324,6 +368,11 @@ def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_
                  "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
                  shard_tag, len(run.tasks), info["journaled_ok"], todo, info["stale"],
                  info["rekeyed"], info["torn_lines"])
+        if info["stale_seed_scheme_1"]:
+            log.warning("%s: %d of the stale records were made under seed scheme 1 (before "
+                        "issue #14; seed scheme now %d): they are not reused, their rollouts "
+                        "are generated again with the new seeds (docs/robustness.md)",
+                        shard_tag, info["stale_seed_scheme_1"], SEED_SCHEME)
         if todo:
             progress = Progress(todo, shard_tag, cfg.rollout.progress_interval_s)
             try:
@@ -334,6 +383,12 @@ def run_shard(cfg: Config, endpoint: Endpoint, shard_tasks: str | Path, journal_
                                Path(out_path))
         summary.update(generated=todo, **info)
         log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
+        sources = summary["completion_tokens_source"]
+        if sources.get(TokensSource.APPORTIONED):
+            log.warning("%s: %d of %d rollouts have completion_tokens apportioned by text "
+                        "length (the server sent no token_ids): an estimate that depends on "
+                        "engine.max_n; set engine.return_token_ids: true if the endpoint is "
+                        "vLLM", shard_tag, sources[TokensSource.APPORTIONED], summary["present"])
         return summary
 
 

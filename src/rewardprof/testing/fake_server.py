@@ -195,7 +195,7 @@ class FakeOpenAI:
             total += len(tokens)
             choice = {"index": j, "message": {"role": "assistant", "content": text},
                       "finish_reason": finish}
-            if self.return_token_ids:
+            if self.return_token_ids and body.get("return_token_ids"):  # as vLLM: if asked
                 choice["token_ids"] = list(range(len(tokens)))
             choices.append(choice)
         with self._lock:

@@ -1,0 +1,109 @@
+"""Issue #14 item 2: rollout seeds. Distinct 51-bit seed bases per task (the 15-bit bases of
+seed scheme 1 were shared by most tasks at scale), and journals of seed scheme 1 are stale:
+their rollouts are generated again, never mixed with new ones, and the log says why."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from rewardprof.config import ConfigError, validate_config
+from rewardprof.rollout import run_shard
+from rewardprof.rollout import runner as runner_mod
+from rewardprof.rollout.journal import scan_journal
+from rewardprof.rollout.runner import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
+from rewardprof.testing import shardkit as kit
+from rewardprof.testing.fake_server import FakeOpenAI
+
+
+def _scheme1_task_seed(base_seed: int, task_id: str) -> int:
+    """task_seed before issue #14 (seed scheme 1), to write an old journal."""
+    digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF0000
+
+
+def test_a_million_random_task_ids_get_distinct_seed_bases():
+    """Scheme 1 fails this at once (2^15 bases for 10^6 tasks); scheme 2's expected number of
+    colliding pairs at 10^6 tasks is 2.2e-4 (docs/robustness.md)."""
+    rng = random.Random(14)
+    ids = [f"{rng.getrandbits(128):032x}" for _ in range(10**6)]
+    bases = [task_seed(0, t) for t in ids]
+    assert len(set(bases)) == len(ids)
+    assert all(b & 0xFFF == 0 for b in bases[:1000])  # the low 12 bits are the rollout's
+    assert max(bases) + 4095 <= 2**63 - 1  # a signed 64-bit seed (vLLM's range)
+    assert max(bases) >= 2**62  # the top bit of the 63 is used
+
+
+def test_seed_depends_on_base_seed_and_task():
+    assert task_seed(0, "a") != task_seed(1, "a") != task_seed(1, "b")
+    assert task_seed(-5, "a") >= 0  # any config seed gives a non-negative 63-bit seed
+
+
+def test_num_repeats_is_bounded_by_the_rollout_bits():
+    entry = {"label": "m", "environment": "math", "source": "m.jsonl"}
+    assert validate_config({"entries": [dict(entry, num_repeats=4096)]})
+    with pytest.raises(ConfigError, match=r"entries\[0\]\.num_repeats: at most 4096 rollouts "
+                                          r"per task .*low 12 bits"):
+        validate_config({"entries": [dict(entry, num_repeats=4097)]})
+
+
+def test_gen_key_names_the_seed_scheme():
+    cfg = kit.make_config("http://x")
+    assert gen_key(cfg, kit.MODEL) != legacy_gen_key(cfg, kit.MODEL)
+    assert SEED_SCHEME == 2
+
+
+def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypatch, caplog):
+    """A journal written by the old code (old seeds, old gen_key) is not reused: every
+    rollout is generated again with the new seeds, the output holds only new records, and the
+    log names the old scheme."""
+    with FakeOpenAI(kit.answer) as server:
+        cfg = kit.make_config(server.base_url, num_repeats=3)
+        tasks = kit.make_tasks(tmp_path, cfg, 4)
+        journal = tmp_path / "journal"
+        with monkeypatch.context() as m:  # the code before issue #14
+            m.setattr(runner_mod, "task_seed", _scheme1_task_seed)
+            m.setattr(runner_mod, "gen_key", legacy_gen_key)
+            run_shard(cfg, kit.endpoint(cfg), tasks, journal, tmp_path / "old.parquet", "s0of1")
+        old = pq.read_table(tmp_path / "old.parquet").to_pandas()
+        assert (old["seed"] < 2**31).all()
+        before = len(server.requests)
+        with caplog.at_level(logging.INFO, logger="rewardprof.rollout"):
+            summary = run_shard(cfg, kit.endpoint(cfg), tasks, journal,
+                                tmp_path / "new.parquet", "s0of1")
+        assert len(server.requests) > before  # generated again
+    assert summary["generated"] == 12 and summary["stale"] == 12
+    assert summary["stale_seed_scheme_1"] == 12
+    assert any("12 of the stale records were made under seed scheme 1" in r.getMessage()
+               for r in caplog.records)
+    new = pq.read_table(tmp_path / "new.parquet").to_pandas()
+    assert set(new["gen_key"]) == {gen_key(cfg, kit.MODEL)}
+    assert kit.check_records(new, kit.load_tasks(tasks), cfg) == []  # scheme-2 seeds
+    assert not set(new["seed"]) & set(old["seed"])
+    # the old records stay in the journal, next to the new ones, under their own key
+    keys = scan_journal(journal).keys.column("gen_key").to_pylist()
+    assert sorted(set(keys)) == sorted({gen_key(cfg, kit.MODEL), legacy_gen_key(cfg, kit.MODEL)})
+
+
+def test_check_reports_shard_outputs_of_two_gen_keys(tmp_path):
+    """`rewardprof check`: a shard output of the old scheme next to new ones is a problem."""
+    import pyarrow as pa
+
+    from rewardprof.check import _check_gen_keys, _gen_keys
+
+    paths = []
+    for i, keys in enumerate([["new", "new"], ["old"], ["new"]]):
+        paths.append(tmp_path / f"{i}-of-3.parquet")
+        pq.write_table(pa.table({"gen_key": keys}), paths[-1])
+    problems: list[str] = []
+    _check_gen_keys({str(p): _gen_keys(p) for p in paths}, problems)
+    assert problems == ["rollouts carry 2 different gen_keys (model, sampling or seed scheme): "
+                        "new in 0-of-3.parquet, 2-of-3.parquet; old in 1-of-3.parquet; rerun "
+                        "the shards of the old setup"]
+    problems = []
+    _check_gen_keys({str(p): _gen_keys(p) for p in paths[::2]}, problems)
+    assert problems == []
