@@ -204,6 +204,7 @@ def rollout_batch(task_index: np.ndarray, rollout_index: np.ndarray, task_ids: l
         "finish_reason": pa.array(finish, pa.string()),
         "prompt_tokens": pa.array(np.full(n, 400), pa.int32()),
         "completion_tokens": pa.array(tokens, pa.int32()),
+        "completion_tokens_source": pa.array(["engine"] * n, pa.string()),
         "completion": completion,
         "extras": pa.array(['{"extracted":"42"}'] * n, pa.string()),
         "error": pa.nulls(n, pa.string()),
