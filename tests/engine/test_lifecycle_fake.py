@@ -38,7 +38,9 @@ def _cfg(tmp_path, behaviour: str = "", **engine):
 
 
 def _assert_gone(needle: str, host: str, port: int | None) -> None:
-    deadline = time.monotonic() + 5
+    # returns as soon as they are gone: the deadline is for liveness (a loaded machine may take
+    # a while to run and reap killed processes), not a speed requirement
+    deadline = time.monotonic() + 30
     while processes_with_env(needle) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with_env(needle) == [], "server processes outlived the session"
@@ -99,13 +101,14 @@ def test_crash_at_start_raises_with_log_tail(tmp_path):
 @pytest.mark.parametrize("body", ["sleep", "asyncio"])
 def test_death_during_run_raises_with_log_tail(tmp_path, body):
     cfg, needle = _cfg(tmp_path, "die_after:1.0")
-    t0 = time.monotonic()
+    finished = []
     with pytest.raises(EngineError) as err, serve(cfg, tmp_path / "engine.log"):
         if body == "sleep":
-            time.sleep(30)
+            time.sleep(120)
         else:
-            asyncio.run(asyncio.sleep(30))
-    assert time.monotonic() - t0 < 15
+            asyncio.run(asyncio.sleep(120))
+        finished.append(True)
+    assert finished == []  # the body was interrupted by the death, not left to run out
     msg = str(err.value)
     assert "exited with code 7 during the run" in msg
     assert "engine core died unexpectedly (pretend)" in msg
@@ -116,9 +119,8 @@ def test_server_ignoring_sigterm_is_killed_after_grace(tmp_path):
     cfg, needle = _cfg(tmp_path, "ignore_sigterm", stop_grace_s=1)
     with serve(cfg, tmp_path / "engine.log") as server:
         port = server.port
-    t0 = time.monotonic()
+    # it ignores SIGTERM and never exits by itself: gone means it was killed
     _assert_gone(needle, "127.0.0.1", port)
-    assert time.monotonic() - t0 < 5
 
 
 def test_never_ready_times_out(tmp_path):
@@ -186,7 +188,7 @@ def test_server_gets_sigterm_when_the_job_is_killed(tmp_path):
         job.wait(timeout=10)
     finally:
         job.kill()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # liveness only: returns once the server is gone
     while servers[0] in processes_with_env(needle) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert servers[0] not in processes_with_env(needle)

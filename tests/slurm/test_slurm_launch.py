@@ -81,7 +81,10 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         require_piece("submitit (the slurm extra)", False, "pip install -e '.[slurm]'")
     from rewardprof.launch import LaunchOptions, launch
 
-    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.5) as server:
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.1) as server:
+        # 16 of the 40 answers, then the rest held until the checkpoint has begun: the stop
+        # lands mid-rollout by construction, however fast or slow the machine
+        server.hold_after(16)
         cfg = _setup(tmp_path, server.base_url)
         opts = LaunchOptions(cluster="local", log_dir=str(tmp_path / "launch"), time_min=30)
         # submitit's local job inherits our environment; the rules call `rewardprof`
@@ -89,15 +92,23 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         job = launch(["-s", str(REPO / "Snakefile"), "--cores", "2", "--configfile", str(cfg)],
                      opts, workdir=str(tmp_path))
         journal = tmp_path / "results/t/rollouts/journal"
-        deadline = time.time() + 240
-        while time.time() < deadline and not 6 <= _ok_count(journal) < N_TASKS * K - 8:
+        deadline = time.time() + 240  # liveness only
+        while time.time() < deadline and not (_ok_count(journal) >= 6 and server.gate_held):
             assert not job.done(), job.stdout()
             time.sleep(0.2)
+        assert server.gate_held, "the rollouts never reached the held answers"
         # the controller is the task process submitit's local runner started
         runner = psutil.Process(job._process.pid)
         task = next(p for p in runner.children() if "submitit" in " ".join(p.cmdline()))
         stopped_at = time.time()
         task.send_signal(signal.SIGUSR2)
+        # the checkpoint has begun with the rollouts mid-shard; now every answer is served
+        # (Snakemake's local executor lets running jobs finish on SIGINT: attempt 0's rollouts
+        # may complete before attempt 1 starts, which every check below allows)
+        deadline = time.time() + 120  # liveness only
+        while "checkpoint at attempt 0" not in (job.stdout() or "") and time.time() < deadline:
+            time.sleep(0.2)
+        server.hold_after(None)
         assert job.result() == 0
         requests = list(server.requests)
     log = job.stdout() or ""

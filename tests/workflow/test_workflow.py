@@ -102,10 +102,14 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
     write_jsonl(tmp_path / "data" / "m.jsonl", rows)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl",
                 "num_repeats": 4}]
-    # one request per rollout (max_n 1) and a slow server, so the kill lands mid-shard
+    # one request per rollout (max_n 1); the server answers 12 of the 40 and holds the rest, so
+    # the kill lands mid-shard by construction (the shard cannot finish before it), at a known
+    # state: 12 journaled, both workers' requests held
     cfg_dict = endpoint_config("", entries, num_shards=1,
-                               rollout={"concurrency": 2, "segment_interval_s": 0.5})
-    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.3) as server:
+                               rollout={"concurrency": 2, "segment_interval_s": 0.5,
+                                        "request_timeout_s": 600})
+    with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.05) as server:
+        server.hold_after(12)
         cfg_dict["engine"].update(base_url=server.base_url, max_n=1)
         cfg = write_config(tmp_path, cfg_dict)
         import subprocess
@@ -117,21 +121,27 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
         journal = tmp_path / "results/t/rollouts/journal"
-        deadline = time.time() + 120
+        deadline = time.time() + 300  # liveness only
         victim = None
         while time.time() < deadline:
             victim = next((p for p in psutil.Process(proc.pid).children(recursive=True)
                            if _is_rollout_process(p)), None)
-            if victim and len(_journal_keys(journal)) >= 8:
+            if victim and server.gate_held == 2 and len(_journal_keys(journal)) == 12:
                 break
             time.sleep(0.05)
         assert victim is not None, "rollout process never appeared"
+        assert server.gate_held == 2, "the rollout never reached the held answers"
         victim.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode != 0, "the killed run must fail"
         journaled = _journal_keys(journal)
-        assert 8 <= len(journaled) < 40
+        assert len(journaled) == 12
         first_run_requests = len(server.requests)
+        assert first_run_requests == 14  # 12 answered + the 2 held
+        server.hold_after(None)  # the held two are answered (to a dead process) ...
+        deadline = time.time() + 60  # ... before the rerun starts (liveness only)
+        while server.stats["ok_choices"] < 14 and time.time() < deadline:
+            time.sleep(0.05)
 
         r = snakemake(tmp_path, "--configfile", str(cfg))
         assert r.returncode == 0, r.stderr[-3000:]
@@ -146,9 +156,9 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
                           .loc[sorted(journaled), "seed"])
     assert len(rerun_seeds) == len(set(rerun_seeds)) == 40 - len(journaled)
     assert not set(rerun_seeds) & journaled_seeds
-    # total successful generations = T*K plus at most the requests in flight at the kill
+    # total successful generations = T*K plus the requests in flight at the kill (the 2 held)
     in_flight = first_run_requests - len(journaled)
-    assert 0 <= in_flight <= 2
+    assert in_flight == 2
     assert server.stats["ok_choices"] == 40 + in_flight
 
 

@@ -24,6 +24,16 @@ may instead decide per request (return a fault string or None). Fault strings:
     length                     every choice ends with finish_reason "length"
     context_length             HTTP 400 "maximum context length" (deterministic: never retry)
 
+A gate holds answers until a test says so (kill tests: an attempt that needs the held answers
+cannot finish before it is killed, however fast the machine):
+
+    s.hold_after(3)    # serve the next 3 answers, then hold every later request
+    s.gate_held        # requests waiting at the gate now (s.gate_served: answers let through)
+    s.hold_after(None) # open the gate (also re-arming it, or stop(), lets held requests go)
+
+Only requests about to be answered pass the gate: a request answered with a fault (500, ...)
+does not count, so retries cannot use up the served answers.
+
 `api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
 `echo_key=True` the 401 body quotes the key it got, like some providers do). `request_times`
 holds the monotonic arrival time of every chat request (to check backoff and Retry-After).
@@ -68,6 +78,7 @@ class FakeOpenAI:
         self.request_times: list[float] = []  # time.monotonic() at each chat request
         self._closing: asyncio.Event | None = None
         self._released: asyncio.Event | None = None
+        self._gate: _Gate | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -123,6 +134,43 @@ class FakeOpenAI:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._released.set)
 
+    def hold_after(self, m: int | None) -> None:
+        """Arm a new gate: the next `m` requests that get an answer are served, every later
+        one waits until the gate is replaced (`hold_after(None)`: no gate) or the server
+        stops. Requests held by the previous gate are let go (served; a killed client's
+        connection is gone, which the server shrugs off)."""
+        with self._lock:
+            old, self._gate = self._gate, (None if m is None else _Gate(m))
+        if old is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(old.opened.set)
+
+    @property
+    def gate_served(self) -> int:
+        return self._gate.served if self._gate else 0
+
+    @property
+    def gate_held(self) -> int:
+        """Requests waiting at the current gate."""
+        return self._gate.held if self._gate else 0
+
+    async def _pass_gate(self) -> None:
+        with self._lock:
+            gate = self._gate
+            if gate is None:
+                return
+            if gate.served < gate.limit:
+                gate.served += 1
+                return
+            gate.held += 1
+        done = [asyncio.ensure_future(e.wait()) for e in (gate.opened, self._closing)]
+        try:
+            await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in done:
+                task.cancel()
+            with self._lock:
+                gate.held -= 1
+
     def __enter__(self) -> FakeOpenAI:
         return self.start()
 
@@ -175,6 +223,7 @@ class FakeOpenAI:
         if body.get("model") != self.model:
             return web.json_response({"error": {"message": f"model {body.get('model')!r} "
                                                 "does not exist"}}, status=404)
+        await self._pass_gate()
         return web.json_response(self._completion(body, fault))
 
     def _completion(self, body: dict, fault: str | None) -> dict:
@@ -245,6 +294,12 @@ class FakeOpenAI:
         if kind in ("fewer", "length"):
             return None  # served normally, shaped in _completion
         raise ValueError(f"unknown fault {fault!r}")
+
+
+class _Gate:
+    def __init__(self, limit: int):
+        self.limit, self.served, self.held = limit, 0, 0
+        self.opened = asyncio.Event()  # bound to the server's loop when first awaited
 
 
 def scripted(answers: dict[str, str], default: str = "I am not sure.") -> AnswerFn:

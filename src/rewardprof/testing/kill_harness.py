@@ -3,17 +3,27 @@ double-counted, misattributed or regenerated. Used by tests/faults/test_kill.py 
 benchmarks/kill_harness.py (many trials).
 
 A trial: a fresh tiny math run (random size, K, request grouping, concurrency, journal segment
-size), 1-2 attempts that are SIGKILLed, then a clean attempt. Kill points:
+size), 1-2 attempts that are SIGKILLed, then a clean attempt. Each attempt talks to a fake
+server of its own (stopped once the attempt is dead, so its request log is complete and no late
+request of a killed attempt is counted as the next one's). Kill points:
 
-    random             the parent SIGKILLs the attempt 0-0.6 s after its start, its first
-                       request or its first journal write
-    torn_line          mid journal append: half a JSONL line is flushed, then SIGKILL
-    segment_pre_rename the m-th journal segment is written to its temp file, then SIGKILL
-    segment_post_rename the m-th segment is renamed into place, SIGKILL before its tail is
-                       deleted (the same records in a segment and a tail)
+    random             the parent SIGKILLs the attempt once the fake server has answered m of
+                       the U requests the attempt needs (m random in 0..U-1) and holds the
+                       next one (FakeOpenAI.hold_after), plus 0-20 ms for journal writes in
+                       flight: the attempt cannot finish before the kill, on any machine
+    torn_line          mid journal append: the n-th append (n <= rollouts the attempt
+                       generates) flushes half a JSONL line, then SIGKILL
+    segment_pre_rename the n-th journal segment is written to its temp file, then SIGKILL
+    segment_post_rename the n-th segment is renamed into place, SIGKILL before its tail is
+                       deleted (the same records in a segment and a tail); n <= ceil(rollouts
+                       the attempt generates / segment_max_records) <= segments it writes
     output_mid_write   the shard output's temp file is half written, then SIGKILL
     output_pre_rename  the output's temp file is complete, SIGKILL before the rename
     output_post_rename the output is in place, SIGKILL before the process exits
+
+So every kill lands by construction: a killed attempt that exits on its own is a problem. A
+second kill at a journal point is skipped when the first left nothing to generate (a segment
+kill after the last record was appended).
 
 In `fork` mode an attempt is `run_shard` in a child forked from a preloaded forkserver (the
 self-kill points patch the child's own modules: no hook in the product code); in `cli` mode it
@@ -26,11 +36,13 @@ Checks per trial, after the clean attempt:
   - every rollout journaled ok before an attempt is never requested again, and is in the output
     as journaled (same seed, same writer: reused, not regenerated);
   - the clean attempt requested exactly the pairs not yet journaled ok, each once;
-  - no temp file is left behind, and a killed attempt never left a partial output.
+  - no temp file is left behind, and a killed attempt never left a partial output;
+  - every killed attempt died by the SIGKILL (none finished first).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -48,12 +60,15 @@ import pyarrow.parquet as pq
 
 from rewardprof.config import validate_config
 from rewardprof.rollout.journal import read_rows, scan_journal
+from rewardprof.rollout.runner import _units
 from rewardprof.testing import shardkit as kit
 from rewardprof.testing.fake_server import FakeOpenAI
 
 SELF_KILL_POINTS = ["torn_line", "segment_pre_rename", "segment_post_rename",
                     "output_mid_write", "output_pre_rename", "output_post_rename"]
 KILL_POINTS = ["random", *SELF_KILL_POINTS]
+# kill points inside generation: an attempt with nothing left to generate never reaches them
+GENERATION_POINTS = ["random", "torn_line", "segment_pre_rename", "segment_post_rename"]
 PRELOAD = ["rewardprof.rollout.runner", "rewardprof.testing._warm_math",
            "rewardprof.testing.kill_harness"]
 
@@ -150,7 +165,7 @@ class Trial:
     point: str
     params: dict[str, Any]
     killed: list[bool] = field(default_factory=list)  # per killed attempt: did the kill land
-    journaled_ok: list[int] = field(default_factory=list)  # before each attempt
+    journaled_ok: list[int] = field(default_factory=list)  # distinct ok before each attempt
     generated_clean: int = 0
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -174,10 +189,11 @@ def _journal_ok(journal: Path) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
-def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float = 120,
-                 started: Any = None) -> int:
-    """Run one attempt; with kill_after, SIGKILL it that many seconds after `started()`
-    turns true (default: at once), unless it finished first. Returns the exit code."""
+def _run_attempt(mode: str, spec: dict, kill_when: Any = None, settle_s: float = 0.0,
+                 timeout: float = 120) -> int:
+    """Run one attempt; with `kill_when`, SIGKILL its process group `settle_s` after
+    `kill_when()` turns true (polled), unless it exited first. Returns the exit code. The
+    timeout is for liveness only (a wedged attempt fails the trial instead of hanging CI)."""
     if mode == "fork":
         proc = _context().Process(target=_attempt, args=(spec,))
         proc.start()
@@ -196,27 +212,40 @@ def _run_attempt(mode: str, spec: dict, kill_after: float | None, timeout: float
                 return popen.wait(t)
             except subprocess.TimeoutExpired:
                 return None
-    if kill_after is not None and started is not None:
-        while not started() and wait(0.01) is None:
-            pass
-    if kill_after is not None and wait(kill_after) is None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:  # not yet its own group: then it has no workers yet
-            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    if kill_when is not None:
+        while (code := wait(0.005)) is None:
+            if kill_when():
+                time.sleep(settle_s)
+                _kill_group(pid)
+                break
+            if time.monotonic() > deadline:
+                _kill_group(pid)
+                raise RuntimeError(f"attempt never reached its kill moment within {timeout}s")
+        else:
+            return code  # exited before its kill moment: the caller reports it
     code = wait(timeout)
     if code is None:
-        os.killpg(pid, signal.SIGKILL)
+        _kill_group(pid)
         raise RuntimeError(f"attempt did not finish within {timeout}s")
     return code
 
 
-def _journal_bytes(journal: Path) -> int:
+def _kill_group(pid: int) -> None:
     try:
-        return sum(e.stat().st_size for e in os.scandir(journal)
-                   if e.is_file() and not e.name.startswith("."))  # not the lock, not temps
-    except FileNotFoundError:
-        return 0
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # not yet its own group: then it has no workers yet
+        os.kill(pid, signal.SIGKILL)
+
+
+def _units_needed(tasks: pd.DataFrame, done: pd.DataFrame, max_n: int) -> int:
+    """Requests the attempt needs answered: its units (runner._units) over the missing
+    rollouts."""
+    have = set(zip(done["task_index"].astype(int), done["rollout_index"].astype(int),
+                   strict=True))
+    missing = [[r for r in range(int(k)) if (int(ti), r) not in have]
+               for ti, k in zip(tasks["task_index"], tasks["num_repeats"], strict=True)]
+    return sum(1 for _ in _units(missing, max_n))
 
 
 def _params(rng: random.Random) -> dict[str, Any]:
@@ -228,19 +257,21 @@ def _params(rng: random.Random) -> dict[str, Any]:
             "fault_rate": rng.choice([0.0, 0.0, 0.1])}
 
 
-def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = None,
-              mode: str = "fork") -> Trial:
+def run_trial(root: Path, seed: int, point: str | None = None, mode: str = "fork") -> Trial:
     rng = random.Random(seed)
     point = point or rng.choice(KILL_POINTS if mode == "fork" else ["random"])
     p = _params(rng)
     t0 = time.monotonic()
     trial = Trial(seed, point, p)
     work = root / f"trial-{seed}"
-    cfg = kit.make_config(server.base_url, p["num_repeats"],
+    # request_timeout_s: a request held at the gate must not time out (and be retried) before
+    # the parent's kill; faults here are 500s only, answered at once
+    cfg = kit.make_config("http://127.0.0.1:9/v1", p["num_repeats"],
                           rollout={"concurrency": p["concurrency"],
                                    "segment_max_records": p["segment_max_records"],
                                    "segment_interval_s": p["segment_interval_s"],
-                                   "max_attempts": 20, "max_failed_fraction": 1.0},
+                                   "max_attempts": 20, "max_failed_fraction": 1.0,
+                                   "request_timeout_s": 300},
                           engine={"max_n": p["max_n"]})
     tasks_path = kit.make_tasks(work, cfg, p["num_tasks"])
     tasks = kit.load_tasks(tasks_path)
@@ -248,35 +279,38 @@ def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = Non
     spec = {"config": cfg.model_dump(mode="json"), "tasks": str(tasks_path),
             "journal": str(work / "journal"), "out": str(work / "out.parquet"),
             "result": str(work / "result.json")}
-    server.latency_s = p["latency_s"]
-    for attempt in range(p["kills"] + 1):
-        clean = attempt == p["kills"]
+    kills_left = p["kills"]
+    for attempt in itertools.count():
         before = _journal_ok(Path(spec["journal"]))
-        trial.journaled_ok.append(len(before))
-        have = kit.record_pairs(before, tasks)
-        first_request = len(server.requests)
+        have = kit.record_pairs(before, tasks)  # distinct (a segment and its tail may repeat)
+        trial.journaled_ok.append(len(have))
+        todo = total - len(have)
+        clean = kills_left == 0 or (todo == 0 and point in GENERATION_POINTS)
         faults = 0.0 if clean else p["fault_rate"]
         frng = random.Random(seed * 1000 + attempt)
-        server.fault_fn = (lambda body, r=frng, f=faults: "500" if r.random() < f else None)
-        kill_after, started = None, None
-        if not clean and point == "random":
-            kill_after = rng.uniform(0.0, 0.6)
-            moment = rng.random()
-            if moment < 0.4:  # after the attempt's first request
-                started = lambda n=first_request: len(server.requests) > n  # noqa: E731
-            elif moment < 0.8:  # after its first journal write
-                size0 = _journal_bytes(Path(spec["journal"]))
-                started = lambda b=size0: _journal_bytes(Path(spec["journal"])) > b  # noqa: E731
+        kill_when, settle_s = None, 0.0
         attempt_spec = dict(spec)
-        if not clean and point != "random":
-            nth = {"torn_line": rng.randint(1, total),
-                   "segment_pre_rename": rng.randint(1, max(1, total // p["segment_max_records"])),
-                   "segment_post_rename": rng.randint(1, max(1, total // p["segment_max_records"])),
-                   }.get(point, 1)
-            attempt_spec.update(point=point, nth=nth)
-        out_before = Path(spec["out"]).exists()
-        code = _run_attempt(mode, attempt_spec, kill_after, started=started)
-        asked = kit.request_pairs(server.requests[first_request:])
+        with FakeOpenAI(kit.answer, latency_s=p["latency_s"]) as server:
+            server.fault_fn = (lambda body, r=frng, f=faults: "500" if r.random() < f else None)
+            attempt_spec["config"] = json.loads(json.dumps(spec["config"]))
+            attempt_spec["config"]["engine"]["base_url"] = server.base_url
+            if not clean and point == "random":
+                # answer m of the U requests the attempt needs, hold the rest: it cannot
+                # finish, and is killed once it waits for a held answer
+                server.hold_after(rng.randint(0, _units_needed(tasks, before, p["max_n"]) - 1))
+                kill_when = lambda s=server: s.gate_held > 0  # noqa: E731
+                settle_s = rng.choice([0.0, rng.uniform(0.0, 0.02)])  # journal writes in flight
+            elif not clean:
+                segments = -(-todo // p["segment_max_records"])  # the fewest it can write
+                nth = {"torn_line": rng.randint(1, max(1, todo)),
+                       "segment_pre_rename": rng.randint(1, max(1, segments)),
+                       "segment_post_rename": rng.randint(1, max(1, segments)),
+                       }.get(point, 1)
+                attempt_spec.update(point=point, nth=nth)
+            out_before = Path(spec["out"]).exists()
+            code = _run_attempt(mode, attempt_spec, kill_when, settle_s)
+        # the attempt is dead and its server stopped: this is every request it made
+        asked = kit.request_pairs(server.requests)
         reasked = sorted(set(asked) & have)
         if reasked:
             trial.problems.append(f"attempt {attempt}: {len(reasked)} journaled rollouts "
@@ -287,14 +321,16 @@ def run_trial(server: FakeOpenAI, root: Path, seed: int, point: str | None = Non
             elif sorted(asked) != sorted(kit.record_pairs(_expected(tasks, cfg), tasks) - have):
                 trial.problems.append("clean attempt did not request exactly the missing "
                                       f"rollouts once each ({len(asked)} requested, "
-                                      f"{total - len(have)} missing)")
+                                      f"{todo} missing)")
             trial.generated_clean = len(asked)
-        else:
-            trial.killed.append(code == -signal.SIGKILL)
-            if code not in (0, -signal.SIGKILL):
-                trial.problems.append(f"killed attempt exited with {code}")
-            if Path(spec["out"]).exists() and not out_before:
-                trial.problems.extend(f"after kill: {x}" for x in _check_output(spec, tasks, cfg))
+            break
+        kills_left -= 1
+        trial.killed.append(code == -signal.SIGKILL)
+        if code != -signal.SIGKILL:
+            trial.problems.append(f"attempt {attempt}: the {point} kill did not land: the "
+                                  f"attempt exited with {code} on its own")
+        if Path(spec["out"]).exists() and not out_before:
+            trial.problems.extend(f"after kill: {x}" for x in _check_output(spec, tasks, cfg))
     if not trial.problems:
         trial.problems.extend(_check_output(spec, tasks, cfg))
         trial.problems.extend(_check_reused(spec, tasks))
@@ -370,9 +406,9 @@ def main(argv: list[str] | None = None) -> int:
 
     math_equal("1", "1", 5)  # warm SymPy once (verification workers fork from attempts)
     results, t0 = [], time.monotonic()
-    with FakeOpenAI(kit.answer) as server, tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.trials):
-            trial = run_trial(server, Path(tmp), args.seed + i, args.point, args.mode)
+            trial = run_trial(Path(tmp), args.seed + i, args.point, args.mode)
             results.append(trial)
             status = "ok" if not trial.problems else "FAIL: " + "; ".join(trial.problems)
             print(f"trial {trial.seed:4d} {trial.point:19s} kills landed {trial.killed} "
