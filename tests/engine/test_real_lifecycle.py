@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,12 @@ _ = models_dir  # a fixture (imported to be found)
 def _start_job(models_dir: Path, tmp: Path) -> tuple[subprocess.Popen, str, Path, Path]:
     data, shard = make_shard(tmp, 4)
     name, value, needle = new_mark()
+    # every sample is exactly 400 tokens (min_tokens): once its requests run, the job needs 400
+    # decode steps, far longer than the moment between seeing them run and the kill
     data["engine"] = {"mode": "serve", "model": f"builtin:{MODEL}",
                       "models_dir": str(models_dir), "serve_env": {name: value},
-                      "stop_grace_s": 10, "startup_timeout_s": 600}
+                      "stop_grace_s": 10, "startup_timeout_s": 600,
+                      "extra_body": {"min_tokens": 400}}
     data["sampling"] = {"max_tokens": 400, "seed": 0}
     data["rollout"] = {"concurrency": 2, "verify_workers": 1}
     err = tmp / "rollout.log"
@@ -41,8 +45,22 @@ def _start_job(models_dir: Path, tmp: Path) -> tuple[subprocess.Popen, str, Path
         assert job.poll() is None, err.read_text()[-3000:]
         assert time.monotonic() < deadline, "the rollout job's server never became ready"
         time.sleep(0.5)
-    time.sleep(3)  # the client is sending requests now
+    # the kill moment from observed progress, not a sleep: the engine is running the job's
+    # requests (it cannot have finished; a fast machine only gets there sooner)
+    port = _port(tmp / "engine.log")
+    while _requests_running(port) < 1:
+        assert job.poll() is None, err.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the job's requests never started"
+        time.sleep(0.1)
     return job, needle, err, tmp / "engine.log"
+
+
+def _requests_running(port: int) -> float:
+    """vLLM's own gauge of requests being decoded now (its Prometheus /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(x.rsplit(" ", 1)[1]) for x in lines
+               if x.startswith("vllm:num_requests_running"))
 
 
 def _port(engine_log: Path) -> int:
