@@ -77,6 +77,41 @@ def test_gate_holds_answers_and_survives_a_killed_client(tmp_path):
         assert server.stats["ok_requests"] == 3 and server.gate_held == 0
 
 
+def test_gate_with_match_holds_only_the_picked_requests():
+    """`hold_after(m, match=...)`: only requests `match` picks count toward m and are held (one
+    shard's, in tests/slurm); the others are served while a picked one waits at the gate."""
+    import threading
+    import urllib.request
+
+    with FakeOpenAI(model=kit.MODEL) as server:
+        def post(content: str) -> int:
+            body = {"model": kit.MODEL, "messages": [{"role": "user", "content": content}]}
+            req = urllib.request.Request(server.base_url + "/chat/completions",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                return resp.status
+
+        with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health") as r:
+            assert r.read() == b"ok"
+        server.hold_after(1, match=lambda body: body["messages"][0]["content"] == "picked")
+        assert post("picked") == 200  # the one answer the gate lets through
+        assert [post("other") for _ in range(3)] == [200] * 3  # not counted, not held
+        assert server.gate_served == 1 and server.gate_held == 0
+        held = threading.Thread(target=post, args=("picked",), daemon=True)
+        held.start()
+        deadline = time.monotonic() + 60  # liveness only
+        while server.gate_held < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.gate_held == 1 and held.is_alive()
+        assert post("other") == 200  # served while the picked request waits
+        assert server.gate_held == 1 and held.is_alive()
+        server.hold_after(None)
+        held.join(60)
+        assert not held.is_alive() and server.gate_held == 0
+        assert server.stats["ok_requests"] == 6
+
+
 def test_harness_detects_misattribution(tmp_path):
     """The checker itself: a shard output with two tasks' rewards swapped must fail it."""
     trial = run_trial(tmp_path, 7, "output_post_rename")

@@ -30,6 +30,9 @@ cannot finish before it is killed, however fast the machine):
     s.hold_after(3)    # serve the next 3 answers, then hold every later request
     s.gate_held        # requests waiting at the gate now (s.gate_served: answers let through)
     s.hold_after(None) # open the gate (also re-arming it, or stop(), lets held requests go)
+    s.hold_after(3, match=lambda body: ...)  # a gate for the requests whose body `match`
+                       # picks (one shard's, say): only they count toward the 3 and are held;
+                       # every other request is served as if there were no gate
 
 Only requests about to be answered pass the gate: a request answered with a fault (500, ...)
 does not count, so retries cannot use up the served answers.
@@ -107,7 +110,7 @@ class FakeOpenAI:
         self._closing = asyncio.Event()
         self._released = asyncio.Event()
         app = web.Application()
-        app.router.add_get("/health", lambda r: web.Response(text="ok"))
+        app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -134,18 +137,20 @@ class FakeOpenAI:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._released.set)
 
-    def hold_after(self, m: int | None) -> None:
+    def hold_after(self, m: int | None, match: Callable[[dict], bool] | None = None) -> None:
         """Arm a new gate: the next `m` requests that get an answer are served, every later
         one waits until the gate is replaced (`hold_after(None)`: no gate) or the server
-        stops. Requests held by the previous gate are let go (served; a killed client's
-        connection is gone, which the server shrugs off)."""
+        stops. With `match`, the gate counts and holds only the requests whose body it
+        returns true for; the others pass. Requests held by the previous gate are let go
+        (served; a killed client's connection is gone, which the server shrugs off)."""
         with self._lock:
-            old, self._gate = self._gate, (None if m is None else _Gate(m))
+            old, self._gate = self._gate, (None if m is None else _Gate(m, match))
         if old is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(old.opened.set)
 
     @property
     def gate_served(self) -> int:
+        """Answers the current gate let through (with `match`: matched ones only)."""
         return self._gate.served if self._gate else 0
 
     @property
@@ -153,15 +158,23 @@ class FakeOpenAI:
         """Requests waiting at the current gate."""
         return self._gate.held if self._gate else 0
 
-    async def _pass_gate(self) -> None:
-        with self._lock:
+    async def _pass_gate(self, body: dict) -> None:
+        while True:
             gate = self._gate
             if gate is None:
                 return
-            if gate.served < gate.limit:
-                gate.served += 1
-                return
-            gate.held += 1
+            # the test's `match` runs outside the lock (it may be slow, or raise: a 500 then)
+            picked = gate.match is None or gate.match(body)
+            with self._lock:
+                if self._gate is not gate:
+                    continue  # re-armed meanwhile: the new gate decides
+                if not picked:
+                    return
+                if gate.served < gate.limit:
+                    gate.served += 1
+                    return
+                gate.held += 1
+                break
         done = [asyncio.ensure_future(e.wait()) for e in (gate.opened, self._closing)]
         try:
             await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
@@ -178,6 +191,9 @@ class FakeOpenAI:
         self.stop()
 
     # --- handlers --------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
     def _unauthorized(self, request: web.Request) -> web.Response | None:
         if self.api_key is None:
             return None
@@ -223,7 +239,7 @@ class FakeOpenAI:
         if body.get("model") != self.model:
             return web.json_response({"error": {"message": f"model {body.get('model')!r} "
                                                 "does not exist"}}, status=404)
-        await self._pass_gate()
+        await self._pass_gate(body)
         return web.json_response(self._completion(body, fault))
 
     def _completion(self, body: dict, fault: str | None) -> dict:
@@ -297,8 +313,8 @@ class FakeOpenAI:
 
 
 class _Gate:
-    def __init__(self, limit: int):
-        self.limit, self.served, self.held = limit, 0, 0
+    def __init__(self, limit: int, match: Callable[[dict], bool] | None = None):
+        self.limit, self.match, self.served, self.held = limit, match, 0, 0
         self.opened = asyncio.Event()  # bound to the server's loop when first awaited
 
 
