@@ -143,20 +143,30 @@ def _ok_keys(journal: Path) -> set[tuple[int, int]]:
     return set(zip(keys["task_index"], keys["rollout_index"], strict=True))
 
 
+def _canonical(messages: list[dict]) -> str:
+    return json.dumps(messages, sort_keys=True)
+
+
 def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
     """scancel one shard's rollout job mid-shard: Snakemake reports the failed job, the
     profile's `retries` resubmits it (attempt 2, twice the runtime), the retry continues from
     the journal, and the merged output has every (task, rollout) exactly once."""
     n_tasks, k = 10, 4
-    with FakeOpenAI(answer, latency_s=0.4) as server:
+    with FakeOpenAI(answer, latency_s=0.1) as server:
         cfg_dict = endpoint_config(server.base_url, _entries(tmp_path, n_tasks),
                                    rollout={"concurrency": 2, "segment_interval_s": 0.5})
         cfg_dict["entries"][0]["num_repeats"] = k
-        cfg_dict["engine"]["max_n"] = 1  # one request per rollout: the kill lands mid-shard
+        cfg_dict["engine"]["max_n"] = 1  # one request per rollout
         cfg = write_config(tmp_path, cfg_dict)
         # tasks and shards locally (covered on Slurm by the test above): this test is the kill
         r = snakemake(tmp_path, "--configfile", str(cfg), "--until", "shard")
         assert r.returncode == 0, r.stderr[-3000:]
+        # shard 0's requests (its tasks' prompts) get 6 answers, then wait at the gate until its
+        # job is cancelled: the scancel lands mid-shard by construction, however fast the
+        # machine; shard 1 is served as usual
+        shard0_prompts = {_canonical(json.loads(m)) for m in pd.read_parquet(
+            tmp_path / "results/t/shards/0-of-2.parquet", columns=["messages"])["messages"]}
+        server.hold_after(6, match=lambda body: _canonical(body["messages"]) in shard0_prompts)
         before = last_job_id()
         # up to the merged rollouts: the stages after merge add nothing to this test
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d",
@@ -167,18 +177,27 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
                                 stderr=subprocess.STDOUT, text=True)
         journal = tmp_path / "results/t/rollouts/journal"
         victim = None
-        deadline = time.time() + 300
+        deadline = time.time() + 300  # liveness only
         while time.time() < deadline and victim is None:
             shard0 = [j for j in slurm_jobs(before)
                       if j.comment == "rule_rollout_wildcards_0_2" and j.state == "RUNNING"]
             done0 = {key for key in _ok_keys(journal) if key[0] % 2 == 0}
-            if shard0 and 3 <= len(done0) < n_tasks // 2 * k - 4:
+            # the 6 answered rollouts journaled and both concurrency slots held at the gate
+            if shard0 and len(done0) >= 6 and server.gate_held == 2:
                 victim = shard0[0]
             else:
+                assert proc.poll() is None, proc.communicate()[0][-4000:]
                 time.sleep(0.3)
-        assert victim is not None, "shard 0's rollout job was never seen mid-shard"
+        assert victim is not None, "shard 0's rollout job never reached the held answers"
         cancelled_at = time.time()
         subprocess.run(["scancel", str(victim.job_id)], check=True)
+        # the held requests stay unanswered until Slurm has ended the job; then every answer is
+        # served (the retry's too)
+        deadline = time.time() + 60  # liveness only
+        while time.time() < deadline and any(
+                j.job_id == victim.job_id and j.state == "RUNNING" for j in slurm_jobs(before)):
+            time.sleep(0.3)
+        server.hold_after(None)
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-4000:]
         requests = list(server.requests)
@@ -201,9 +220,12 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
     assert len(writers) == 2, writers  # the cancelled attempt's records + the retry's
     seeds = pd.Series([b["seed"] for b in requests]).value_counts()
     first = shard0[shard0["finished_at"] < cancelled_at]  # journaled by the cancelled job
-    assert len(first) >= 3
+    assert len(first) == 6  # the answers the gate let through, all journaled before the kill
     assert (seeds.reindex(first["seed"]).fillna(0) == 1).all()
-    # every rollout was requested at least once; at most the requests in flight at the kill
-    # (concurrency 2) were sent twice
+    # every rollout was requested at least once; sent twice: at most the requests in flight at
+    # the kill, i.e. the 2 held at the gate (concurrency 2, nothing answered-but-unjournaled
+    # then), and only shard 0's (none if the dying job still journaled the released answers)
     assert (seeds.reindex(rollouts["seed"]).fillna(0) >= 1).all()
     assert len(requests) - n_tasks * k <= 2
+    twice = set(seeds[seeds > 1].index)
+    assert twice <= set(shard0["seed"]) - set(first["seed"]), twice
