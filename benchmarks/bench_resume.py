@@ -30,10 +30,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import Text, default_out, rollout_batch, tasks_table, write_parquet  # noqa: E402
 
-from rewardprof.config import validate_config  # noqa: E402
-from rewardprof.records import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
-from rewardprof.rollout.runner import gen_key  # noqa: E402
-from rewardprof.shard import write_shard  # noqa: E402
+from rewardprof.core.config import validate_config  # noqa: E402
+from rewardprof.core.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
+from rewardprof.stages.rollout.runner import gen_key  # noqa: E402
+from rewardprof.stages.shard import write_shard  # noqa: E402
 from rewardprof.testing.fake_server import FakeOpenAI  # noqa: E402
 
 K = 8
@@ -42,13 +42,21 @@ TAIL = 20_000  # the most a tail holds (rollout.segment_max_records)
 
 
 def make_config(report: dict, base_url: str) -> dict:
-    return {"run": "bench", "num_shards": 1,
-            "entries": [{"label": e["label"], "environment": e["environment"],
-                         "source": f"{e['label']}.jsonl", "num_repeats": K}
-                        for e in report["entries"]],
-            "engine": {"mode": "endpoint", "base_url": base_url,
-                       "served_model_name": "fake-model"},
-            "rollout": {"concurrency": 64}}
+    return {
+        "run": "bench",
+        "num_shards": 1,
+        "entries": [
+            {
+                "label": e["label"],
+                "environment": e["environment"],
+                "source": f"{e['label']}.jsonl",
+                "num_repeats": K,
+            }
+            for e in report["entries"]
+        ],
+        "engine": {"mode": "endpoint", "base_url": base_url, "served_model_name": "fake-model"},
+        "rollout": {"concurrency": 64},
+    }
 
 
 def prepare(d: Path, num_tasks: int, other_shards: int) -> None:
@@ -90,10 +98,12 @@ def prepare(d: Path, num_tasks: int, other_shards: int) -> None:
         for seq, a in enumerate(range(0, pairs, SEGMENT)):
             n = min(SEGMENT, pairs - a)
             ti, ri = base + np.arange(a, a + n) // K, np.arange(a, a + n) % K
-            batch = rollout_batch(ti, ri, [f"{t:032x}" for t in ti.tolist()], ["x"] * n,
-                                  key, text, rng)
-            write_parquet(_table(batch),
-                          d / "journal" / f"s{s + 1}of16-1700000000-host-1.{seq:06d}.parquet")
+            batch = rollout_batch(
+                ti, ri, [f"{t:032x}" for t in ti.tolist()], ["x"] * n, key, text, rng
+            )
+            write_parquet(
+                _table(batch), d / "journal" / f"s{s + 1}of16-1700000000-host-1.{seq:06d}.parquet"
+            )
     marker.write_text(json.dumps(spec))
 
 
@@ -122,10 +132,25 @@ def measure(d: Path, log_path: Path) -> tuple[float, int]:
         with log_path.open("w") as log:
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                [exe, "rollout", "--config-json", json.dumps(cfg),
-                 "--tasks", str(d / "tasks.parquet"), "--journal", str(work / "journal"),
-                 "--out", str(work / "out.parquet"), "--shard", "0", "--num-shards", "1"],
-                stderr=log, start_new_session=True)
+                [
+                    exe,
+                    "rollout",
+                    "--config-json",
+                    json.dumps(cfg),
+                    "--tasks",
+                    str(d / "tasks.parquet"),
+                    "--journal",
+                    str(work / "journal"),
+                    "--out",
+                    str(work / "out.parquet"),
+                    "--shard",
+                    "0",
+                    "--num-shards",
+                    "1",
+                ],
+                stderr=log,
+                start_new_session=True,
+            )
             ok = hit.wait(300)
             proc.send_signal(signal.SIGTERM)
             try:
@@ -143,8 +168,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="smoke size (2,500 tasks)")
     p.add_argument("--tasks", type=int, default=125_000)
-    p.add_argument("--other-shards", type=int, default=0,
-                   help="other shards' records (1M pairs each) in the shared journal")
+    p.add_argument(
+        "--other-shards",
+        type=int,
+        default=0,
+        help="other shards' records (1M pairs each) in the shared journal",
+    )
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--clean", action="store_true", help="delete the generated data after")
     args = p.parse_args()
@@ -159,10 +188,16 @@ def main() -> None:
         if args.clean:
             shutil.rmtree(out, ignore_errors=True)
     pairs = args.tasks * K
-    extra = (f" + {args.other_shards} other shards' {args.other_shards * pairs} records"
-             if args.other_shards else "")
-    print(f"resume: first new request {seconds:.2f} s after start; shard of {pairs} pairs, "
-          f"{pairs - pairs // 1000} journaled{extra} [target <= 5 s]", flush=True)
+    extra = (
+        f" + {args.other_shards} other shards' {args.other_shards * pairs} records"
+        if args.other_shards
+        else ""
+    )
+    print(
+        f"resume: first new request {seconds:.2f} s after start; shard of {pairs} pairs, "
+        f"{pairs - pairs // 1000} journaled{extra} [target <= 5 s]",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

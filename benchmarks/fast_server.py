@@ -29,8 +29,12 @@ MODEL = "fake-model"
 
 
 def _response(body: bytes) -> bytes:
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
 
 def render(variants: int = 4, seed: int = 0) -> dict[int, itertools.cycle]:
@@ -45,13 +49,24 @@ def render(variants: int = 4, seed: int = 0) -> dict[int, itertools.cycle]:
                 answer = rng.choice([str(rng.randrange(10000)), "\\frac{3}{7}", "x^2 + 1"])
                 content = text.take(rng, length) + f"\n\nThe answer is \\boxed{{{answer}}}."
                 total += length // 4
-                choices.append({"index": j, "message": {"role": "assistant",
-                                                        "content": content},
-                                "finish_reason": "stop"})
-            payload = {"id": f"cmpl-{n}-{v}", "object": "chat.completion", "model": MODEL,
-                       "choices": choices,
-                       "usage": {"prompt_tokens": 400, "completion_tokens": total,
-                                 "total_tokens": total + 400}}
+                choices.append(
+                    {
+                        "index": j,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                )
+            payload = {
+                "id": f"cmpl-{n}-{v}",
+                "object": "chat.completion",
+                "model": MODEL,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": 400,
+                    "completion_tokens": total,
+                    "total_tokens": total + 400,
+                },
+            }
             bodies.append(_response(json.dumps(payload).encode()))
         out[n] = itertools.cycle(bodies)
     return out
@@ -76,7 +91,7 @@ class Http(asyncio.Protocol):
             size = int(m.group(1)) if m else 0
             if len(self.buf) < end + 4 + size:
                 return
-            body, self.buf = self.buf[end + 4:end + 4 + size], self.buf[end + 4 + size:]
+            body, self.buf = self.buf[end + 4 : end + 4 + size], self.buf[end + 4 + size :]
             if head.startswith(b"POST"):
                 m = _N.search(body)
                 n = min(16, max(1, int(m.group(1)))) if m else 1
@@ -89,8 +104,7 @@ class Http(asyncio.Protocol):
 
 async def serve(port: int) -> None:
     Http.bodies = render()
-    server = await asyncio.get_running_loop().create_server(Http, "127.0.0.1", port,
-                                                             backlog=1024)
+    server = await asyncio.get_running_loop().create_server(Http, "127.0.0.1", port, backlog=1024)
     print(f"serving http://127.0.0.1:{port}/v1", flush=True)
     async with server:
         await server.serve_forever()

@@ -29,11 +29,30 @@ import pyarrow.parquet as pq
 ENVIRONMENTS = ("math", "code", "instruction_following")
 _POOL_BYTES = 8 << 20
 _IF_KWARG_KEYS = [
-    "num_highlights", "relation", "num_words", "num_placeholders", "prompt_to_repeat",
-    "num_bullets", "section_spliter", "num_sections", "capital_relation", "capital_frequency",
-    "keywords", "num_paragraphs", "language", "let_relation", "letter", "let_frequency",
-    "end_phrase", "forbidden_words", "keyword", "frequency", "num_sentences",
-    "postscript_marker", "first_word", "nth_paragraph",
+    "num_highlights",
+    "relation",
+    "num_words",
+    "num_placeholders",
+    "prompt_to_repeat",
+    "num_bullets",
+    "section_spliter",
+    "num_sections",
+    "capital_relation",
+    "capital_frequency",
+    "keywords",
+    "num_paragraphs",
+    "language",
+    "let_relation",
+    "letter",
+    "let_frequency",
+    "end_phrase",
+    "forbidden_words",
+    "keyword",
+    "frequency",
+    "num_sentences",
+    "postscript_marker",
+    "first_word",
+    "nth_paragraph",
 ]
 _IF_CHOICES = [
     ("length_constraints:number_words", {"num_words": 300, "relation": "at least"}),
@@ -43,15 +62,20 @@ _IF_CHOICES = [
     ("keywords:existence", {"keywords": ["river", "lantern"]}),
 ]
 _HEADERS = {
-    "math": ("Solve the following math problem. Make sure to put the answer (and only the "
-             "answer) inside \\boxed{}. Think step by step, show your reasoning, check every "
-             "intermediate result, and simplify the final expression as far as possible.\n\n"),
-    "code": ("You are an expert competitive programmer. Read the problem statement below and "
-             "write a complete Python 3 program that reads from standard input and writes to "
-             "standard output. Put the whole program in one ```python code block. Avoid "
-             "recursion deeper than 1000 and keep the solution within the time limit.\n\n"),
-    "instruction_following": ("Answer the request below and follow every formatting "
-                              "instruction exactly.\n\n"),
+    "math": (
+        "Solve the following math problem. Make sure to put the answer (and only the "
+        "answer) inside \\boxed{}. Think step by step, show your reasoning, check every "
+        "intermediate result, and simplify the final expression as far as possible.\n\n"
+    ),
+    "code": (
+        "You are an expert competitive programmer. Read the problem statement below and "
+        "write a complete Python 3 program that reads from standard input and writes to "
+        "standard output. Put the whole program in one ```python code block. Avoid "
+        "recursion deeper than 1000 and keep the solution within the time limit.\n\n"
+    ),
+    "instruction_following": (
+        "Answer the request below and follow every formatting instruction exactly.\n\n"
+    ),
 }
 
 
@@ -75,7 +99,7 @@ class Text:
 
     def take(self, rng: random.Random, n: int) -> str:
         start = rng.randrange(0, len(self.pool) - n - 1)
-        return self.pool[start:start + n]
+        return self.pool[start : start + n]
 
 
 def source_row(env: str, i: int, rng: random.Random, text: Text) -> dict[str, Any]:
@@ -85,19 +109,34 @@ def source_row(env: str, i: int, rng: random.Random, text: Text) -> dict[str, An
         answer = str(rng.randrange(0, 10000))
         if i % 3 == 0:
             answer = f"\\frac{{{answer}}}{{{rng.randrange(2, 97)}}}"
-        return {"responses_create_params": {"input": [{"role": "user", "content": content}]},
-                "expected_answer": answer, "problem_id": f"synth-math-{i}"}
+        return {
+            "responses_create_params": {"input": [{"role": "user", "content": content}]},
+            "expected_answer": answer,
+            "problem_id": f"synth-math-{i}",
+        }
     if env == "code":
-        ins = [f"{rng.randrange(1, 100)}\n" + " ".join(str(rng.randrange(999)) for _ in range(8))
-               + "\n" for _ in range(3)]
-        return {"responses_create_params": {"input": [{"role": "user", "content": content}]},
-                "verifier_metadata": {"unit_tests": {"inputs": ins, "outputs": ["0\n"] * 3},
-                                      "problem_id": f"synth-code-{i}"}}
+        ins = [
+            f"{rng.randrange(1, 100)}\n"
+            + " ".join(str(rng.randrange(999)) for _ in range(8))
+            + "\n"
+            for _ in range(3)
+        ]
+        return {
+            "responses_create_params": {"input": [{"role": "user", "content": content}]},
+            "verifier_metadata": {
+                "unit_tests": {"inputs": ins, "outputs": ["0\n"] * 3},
+                "problem_id": f"synth-code-{i}",
+            },
+        }
     picks = [_IF_CHOICES[j] for j in sorted(rng.sample(range(len(_IF_CHOICES)), 2))]
     kwargs = [{k: args.get(k) for k in _IF_KWARG_KEYS} for _, args in picks]
-    return {"responses_create_params": {"input": [{"role": "user", "content": content}]},
-            "instruction_id_list": [iid for iid, _ in picks], "kwargs": kwargs,
-            "prompt": content, "key": i}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": content}]},
+        "instruction_id_list": [iid for iid, _ in picks],
+        "kwargs": kwargs,
+        "prompt": content,
+        "key": i,
+    }
 
 
 def write_sources(out_dir: Path, total_bytes: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -117,8 +156,9 @@ def write_sources(out_dir: Path, total_bytes: int, seed: int = 0) -> list[dict[s
                 f.write(line)
                 written += len(line.encode())
                 i += 1
-        entries.append({"label": f"{env}_synth", "environment": env, "source": str(path),
-                        "num_repeats": 8})
+        entries.append(
+            {"label": f"{env}_synth", "environment": env, "source": str(path), "num_repeats": 8}
+        )
     return entries
 
 
@@ -130,15 +170,22 @@ def completion_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
 def _string_array(text: Text, rng: np.random.Generator, lengths: np.ndarray) -> pa.Array:
     starts = rng.integers(0, len(text.pool) - 8001, len(lengths))
     pool = text.pool
-    return pa.array([pool[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist(),
-                                                    strict=True)], pa.string())
+    return pa.array(
+        [pool[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)],
+        pa.string(),
+    )
 
 
-def tasks_table(num_tasks: int, repeats: int = 8, seed: int = 0, with_rows: bool = True,
-                environments: tuple[str, ...] = ENVIRONMENTS) -> tuple[pa.Table, dict[str, Any]]:
+def tasks_table(
+    num_tasks: int,
+    repeats: int = 8,
+    seed: int = 0,
+    with_rows: bool = True,
+    environments: tuple[str, ...] = ENVIRONMENTS,
+) -> tuple[pa.Table, dict[str, Any]]:
     """A tasks table (rewardprof's TASKS_SCHEMA) and its materialize report, entries in
     environment order; rows are synthetic but of realistic size when `with_rows`."""
-    from rewardprof.materialize import TASKS_SCHEMA
+    from rewardprof.stages.materialize import TASKS_SCHEMA
 
     rng = random.Random(seed)
     text = Text(seed)
@@ -148,9 +195,17 @@ def tasks_table(num_tasks: int, repeats: int = 8, seed: int = 0, with_rows: bool
         start, end = int(bounds[k]), int(bounds[k + 1])
         labels += [f"{env}_synth"] * (end - start)
         envs += [env] * (end - start)
-        entries.append({"label": f"{env}_synth", "environment": env, "start": start,
-                        "end": end, "num_repeats": repeats, "rows_read": end - start,
-                        "rows_selected": end - start})
+        entries.append(
+            {
+                "label": f"{env}_synth",
+                "environment": env,
+                "start": start,
+                "end": end,
+                "num_repeats": repeats,
+                "rows_read": end - start,
+                "rows_selected": end - start,
+            }
+        )
     if with_rows:
         for i, env in enumerate(envs):
             row = source_row(env, i, rng, text)
@@ -160,27 +215,41 @@ def tasks_table(num_tasks: int, repeats: int = 8, seed: int = 0, with_rows: bool
         rows = ['{"expected_answer":"1"}'] * num_tasks
         messages = ['[{"role":"user","content":"synthetic"}]'] * num_tasks
     task_ids = [f"{i:032x}" for i in range(num_tasks)]  # unique, 32 hex chars like the real
-    table = pa.table({
-        "task_index": pa.array(np.arange(num_tasks), pa.int64()),
-        "task_id": pa.array(task_ids, pa.string()),
-        "label": pa.array(labels, pa.string()),
-        "environment": pa.array(envs, pa.string()),
-        "num_repeats": pa.array(np.full(num_tasks, repeats), pa.int32()),
-        "source_line": pa.array(np.arange(num_tasks) + 1, pa.int64()),
-        "messages": pa.array(messages, pa.string()),
-        "row": pa.array(rows, pa.string()),
-    }, schema=TASKS_SCHEMA)
-    report = {"run": "bench", "entries": entries, "num_tasks": num_tasks,
-              "num_rollouts_expected": num_tasks * repeats}
+    table = pa.table(
+        {
+            "task_index": pa.array(np.arange(num_tasks), pa.int64()),
+            "task_id": pa.array(task_ids, pa.string()),
+            "label": pa.array(labels, pa.string()),
+            "environment": pa.array(envs, pa.string()),
+            "num_repeats": pa.array(np.full(num_tasks, repeats), pa.int32()),
+            "source_line": pa.array(np.arange(num_tasks) + 1, pa.int64()),
+            "messages": pa.array(messages, pa.string()),
+            "row": pa.array(rows, pa.string()),
+        },
+        schema=TASKS_SCHEMA,
+    )
+    report = {
+        "run": "bench",
+        "entries": entries,
+        "num_tasks": num_tasks,
+        "num_rollouts_expected": num_tasks * repeats,
+    }
     return table, report
 
 
-def rollout_batch(task_index: np.ndarray, rollout_index: np.ndarray, task_ids: list[str],
-                  labels: list[str], gen_key: str, text: Text | None,
-                  rng: np.random.Generator, fail_every: int = 997) -> pa.RecordBatch:
+def rollout_batch(
+    task_index: np.ndarray,
+    rollout_index: np.ndarray,
+    task_ids: list[str],
+    labels: list[str],
+    gen_key: str,
+    text: Text | None,
+    rng: np.random.Generator,
+    fail_every: int = 997,
+) -> pa.RecordBatch:
     """Rollout records (ROLLOUT_SCHEMA) for the given keys; completions 0.5-8 kB when `text`
     is given, else a short stand-in (for journals whose text the measurement never reads)."""
-    from rewardprof.records import ROLLOUT_SCHEMA
+    from rewardprof.core.schemas import ROLLOUT_SCHEMA
 
     n = len(task_index)
     lengths = completion_lengths(rng, n)
@@ -248,8 +317,12 @@ def run_measured(cmd: list[str], **popen: Any) -> tuple[int, float, float, float
 
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as note:
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-c", _MEASURE, note.name, *cmd],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
+        proc = subprocess.run(
+            [sys.executable, "-c", _MEASURE, note.name, *cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            **popen,
+        )
         wall = time.monotonic() - t0
         fields = note.read().split()
     output = proc.stdout.decode(errors="replace")

@@ -2,8 +2,8 @@
 # any job starts, and what the journal says about re-keyed / orphaned rollouts after the run.
 import time
 
-from rewardprof.config import ConfigError
-from rewardprof.preflight import check_sources
+from rewardprof.core.config import ConfigError
+from rewardprof.engine.preflight import check_sources
 
 _STARTED = time.time()
 
@@ -20,7 +20,7 @@ onstart:
     if CFG.engine.mode == "endpoint" and any(
         job.rule.name == "rollout" for job in workflow.dag.needrun_jobs()
     ):
-        from rewardprof.preflight import endpoint_problem
+        from rewardprof.engine.preflight import endpoint_problem
 
         problem = endpoint_problem(CFG)
         if problem:
@@ -28,7 +28,7 @@ onstart:
 
 
 onsuccess:
-    from rewardprof.merge import journal_notes
+    from rewardprof.stages.merge import journal_notes
 
     for note in journal_notes(f"{RUN}/merge_report.json", since=_STARTED):
         print(f"rewardprof: {note}", file=sys.stderr)

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from rewardprof.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError, validate_config
 
 try:
     CFG = validate_config(config, origin="config")
@@ -49,7 +49,7 @@ def final_outputs():
 
 def engine_model_input():
     """The converted model directory when serve mode uses a builtin model, else nothing."""
-    from rewardprof.model import builtin_dir, builtin_name
+    from rewardprof.engine.model import builtin_dir, builtin_name
 
     name = builtin_name(CFG.engine.model) if CFG.engine.mode == "serve" else None
     return [str(builtin_dir(CFG, name))] if name else []

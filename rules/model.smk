@@ -3,7 +3,7 @@
 # results/<run>/ and is shared by every run. The conversion runs under the engine's interpreter
 # (torch + transformers live there), which `rewardprof model convert` finds the way serve mode
 # does: engine.python, $REWARDPROF_ENGINE_PYTHON, or .venv-engine/bin/python.
-from rewardprof.model import BUILTIN_MODELS
+from rewardprof.engine.model import BUILTIN_MODELS
 
 
 rule model_convert:

@@ -31,8 +31,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def math_row(question: str, answer: str) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": question}]},
-            "expected_answer": answer}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": question}]},
+        "expected_answer": answer,
+    }
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
@@ -40,21 +42,40 @@ def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None 
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--cores",
+        "2",
+        *args,
+    ]
     full_env = dict(os.environ)
     # the rules call `rewardprof`; make sure the venv's bin is on PATH
     full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
     full_env.update(env or {})
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
-                          cwd=workdir)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
+    )
 
 
 def endpoint_config(base_url: str, entries: list[dict], **overrides) -> dict:
-    cfg = {"run": "t", "num_shards": 2, "entries": entries,
-           "engine": {"mode": "endpoint", "base_url": base_url, "model": "fake-model"},
-           "rollout": {"concurrency": 4, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
-                       "verify_workers": 1}}
+    cfg = {
+        "run": "t",
+        "num_shards": 2,
+        "entries": entries,
+        "engine": {"mode": "endpoint", "base_url": base_url, "model": "fake-model"},
+        "rollout": {
+            "concurrency": 4,
+            "backoff_initial_s": 0.01,
+            "backoff_max_s": 0.05,
+            "verify_workers": 1,
+        },
+    }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key] = {**cfg[key], **value}

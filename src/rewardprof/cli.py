@@ -12,13 +12,16 @@ import json
 import logging
 import sys
 
-from rewardprof.config import Config, ConfigError, load_config, validate_config
+from rewardprof.core.config import Config, ConfigError, load_config, validate_config
 
 # Modules that add subcommands: each has `register(subparsers)`. One line per module.
 EXTRA_COMMAND_MODULES: list[str] = [
-    "rewardprof.model",  # rewardprof model convert (the engine's builtin models)
-    "rewardprof.launch",  # rewardprof launch --slurm, rewardprof install-profile
-    "rewardprof.analysis",  # rewardprof export / report / estimate / check (issue 6)
+    "rewardprof.engine.model",  # rewardprof model convert (the engine's builtin models)
+    "rewardprof.tools.launch",  # rewardprof launch --slurm, rewardprof install-profile
+    "rewardprof.stages.export",
+    "rewardprof.stages.report",
+    "rewardprof.tools.estimate",
+    "rewardprof.tools.check",
 ]
 
 
@@ -38,11 +41,11 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.markdown:
-        from rewardprof.configdoc import render_markdown
+        from rewardprof.core.configdoc import render_markdown
 
         print(render_markdown(), end="")
         return 0
-    from rewardprof.config import json_schema
+    from rewardprof.core.config import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0
@@ -55,17 +58,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
-    from rewardprof.materialize import materialize
+    from rewardprof.stages.materialize import materialize
 
     report = materialize(_config(args), args.tasks, args.report)
     for e in report["entries"]:
-        logging.info("%s: %d of %d rows read -> tasks [%d, %d)", e["label"], e["rows_selected"],
-                     e["rows_read"], e["start"], e["end"])
+        logging.info(
+            "%s: %d of %d rows read -> tasks [%d, %d)",
+            e["label"],
+            e["rows_selected"],
+            e["rows_read"],
+            e["start"],
+            e["end"],
+        )
     return 0
 
 
 def cmd_shard(args: argparse.Namespace) -> int:
-    from rewardprof.shard import write_shard
+    from rewardprof.stages.shard import write_shard
 
     n = write_shard(args.tasks, args.out, args.shard, args.num_shards)
     logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, n)
@@ -73,8 +82,8 @@ def cmd_shard(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rewardprof.engine import engine_session
-    from rewardprof.rollout import run_shard
+    from rewardprof.engine.session import engine_session
+    from rewardprof.stages.rollout.runner import run_shard
 
     cfg = _config(args)
     tag = f"s{args.shard}of{args.num_shards}"
@@ -85,18 +94,20 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from rewardprof.merge import merge
+    from rewardprof.stages.merge import merge
 
     report = merge(args.shards, args.tasks, args.journal, args.out, args.report)
     logging.info("merged %d rollouts (%s)", report["num_rollouts"], report["by_status"])
     if report["orphaned_journal_records"]:
-        logging.warning("%d journal records belong to tasks no longer in the tasks table "
-                        "(kept, not used)", report["orphaned_journal_records"])
+        logging.warning(
+            "%d journal records belong to tasks no longer in the tasks table (kept, not used)",
+            report["orphaned_journal_records"],
+        )
     return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from rewardprof.profile import write_profile
+    from rewardprof.stages.profile import write_profile
 
     write_profile(_config(args), args.tasks, args.rollouts, args.report, args.out)
     return 0
@@ -160,21 +171,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from rewardprof.engine import EngineError
-    from rewardprof.merge import MergeError
-    from rewardprof.rollout import ShardIncomplete
-    from rewardprof.rollout.journal import JournalLocked
-    from rewardprof.sources import SourceError
+    from rewardprof.engine.session import EngineError
+    from rewardprof.sources.files import SourceError
+    from rewardprof.stages.merge import MergeError
+    from rewardprof.stages.rollout.journal import JournalLocked
+    from rewardprof.stages.rollout.output import ShardIncomplete
 
-    return (ConfigError, SourceError, MergeError, ShardIncomplete, JournalLocked, EngineError,
-            FileNotFoundError)
+    return (
+        ConfigError,
+        SourceError,
+        MergeError,
+        ShardIncomplete,
+        JournalLocked,
+        EngineError,
+        FileNotFoundError,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return int(args.func(args) or 0)
     except _known_errors() as exc:
@@ -185,4 +205,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -17,22 +17,31 @@ REPO = Path(__file__).resolve().parents[2]
 def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> str:
     env = dict(os.environ, REWARDPROF_BENCH_DIR=str(tmp_path))
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--small", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--small", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stdout
     return lines[0]
 
 
-@pytest.mark.parametrize("script, prefix", [
-    ("bench_materialize.py", "materialize: size 1/"),
-    ("bench_resume.py", "resume: first new request"),
-    ("bench_merge_profile.py", "merge+profile: "),
-    ("bench_dag.py", "dag: snakemake -n with 8 shards"),
-    ("bench_client.py", "client: trivial verifier"),
-    ("bench_engine.py", "engine: pipeline"),
-])
+@pytest.mark.parametrize(
+    "script, prefix",
+    [
+        ("bench_materialize.py", "materialize: size 1/"),
+        ("bench_resume.py", "resume: first new request"),
+        ("bench_merge_profile.py", "merge+profile: "),
+        ("bench_dag.py", "dag: snakemake -n with 8 shards"),
+        ("bench_client.py", "client: trivial verifier"),
+        ("bench_engine.py", "engine: pipeline"),
+    ],
+)
 def test_benchmark_runs_and_prints_its_result(script, prefix, tmp_path):
     line = run_bench(script, tmp_path)
     assert line.startswith(prefix), line

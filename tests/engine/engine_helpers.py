@@ -12,18 +12,20 @@ from pathlib import Path
 import pytest
 from helpers import require_piece
 
-from rewardprof.config import validate_config
-from rewardprof.engine import EngineError
-from rewardprof.engine_server import port_is_free, probe_engine
-from rewardprof.materialize import materialize
-from rewardprof.model import MARKER, convert_builtin, engine_python
-from rewardprof.shard import write_shard
+from rewardprof.core.config import validate_config
+from rewardprof.engine.model import MARKER, convert_builtin, engine_python
+from rewardprof.engine.server import port_is_free, probe_engine
+from rewardprof.engine.session import EngineError
+from rewardprof.stages.materialize import materialize
+from rewardprof.stages.shard import write_shard
 
 FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm"
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
-QUESTIONS = [("What is 2 + 3? Put the answer in \\boxed{}.", "5"),
-             ("What is 7 * 6? Put the answer in \\boxed{}.", "42")]
+QUESTIONS = [
+    ("What is 2 + 3? Put the answer in \\boxed{}.", "5"),
+    ("What is 7 * 6? Put the answer in \\boxed{}.", "42"),
+]
 # skip on a laptop, fail under CI=true: the one rule, from tests/helpers.py
 require = require_piece
 
@@ -54,16 +56,21 @@ def fake_engine_python(tmp: Path, isolated: bool = False) -> str:
     if isolated:
         path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
     else:
-        path.write_text(f"#!/bin/sh\nexport PYTHONPATH={FAKE_VLLM}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                        f'exec {sys.executable} "$@"\n')
+        path.write_text(
+            f"#!/bin/sh\nexport PYTHONPATH={FAKE_VLLM}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f'exec {sys.executable} "$@"\n'
+        )
     path.chmod(0o755)
     return str(path)
 
 
 def base_config(**engine) -> dict:
-    return {"run": "t", "num_shards": 1,
-            "entries": [{"label": "m", "environment": "math", "source": "m.jsonl"}],
-            "engine": {"mode": "serve", **engine}}
+    return {
+        "run": "t",
+        "num_shards": 1,
+        "entries": [{"label": "m", "environment": "math", "source": "m.jsonl"}],
+        "engine": {"mode": "serve", **engine},
+    }
 
 
 # ---- the real engine ---------------------------------------------------------------------
@@ -94,12 +101,18 @@ def assert_gone(needle: str, port: int | None) -> None:
 
 
 def make_shard(tmp: Path, k: int) -> tuple[dict, Path]:
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": q}]},
-             "expected_answer": a} for q, a in QUESTIONS]
+    rows = [
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": q}]},
+            "expected_answer": a,
+        }
+        for q, a in QUESTIONS
+    ]
     (tmp / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = base_config()
-    data["entries"] = [{"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"),
-                        "num_repeats": k}]
+    data["entries"] = [
+        {"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"), "num_repeats": k}
+    ]
     materialize(validate_config(data), tmp / "tasks.parquet", tmp / "report.json")
     write_shard(tmp / "tasks.parquet", tmp / "shard.parquet", 0, 1)
     return data, tmp / "shard.parquet"

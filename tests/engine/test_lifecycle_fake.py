@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from engine_helpers import base_config, fake_engine_python, new_mark, processes_with_env
 
-from rewardprof import engine_server
-from rewardprof.config import validate_config
-from rewardprof.engine import EngineError, engine_session
-from rewardprof.engine_server import port_is_free, serve
+from rewardprof.core.config import validate_config
+from rewardprof.engine.server import port_is_free, serve
+from rewardprof.engine.session import EngineError, engine_session
+from rewardprof.engine.session import server as engine_server
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -77,8 +77,9 @@ def test_port_held_by_another_server_is_not_used(tmp_path, monkeypatch):
     with FakeOpenAI(model="fake/model") as foreign:
         real = engine_server.free_port
         picks = iter([foreign.port])
-        monkeypatch.setattr(engine_server, "free_port",
-                            lambda host: next(picks, None) or real(host))
+        monkeypatch.setattr(
+            engine_server, "free_port", lambda host: next(picks, None) or real(host)
+        )
         with serve(cfg, tmp_path / "engine.log") as server:
             assert server.port != foreign.port
             assert server.base_url.endswith(f":{server.port}/v1")
@@ -146,8 +147,8 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
     cfg, needle = _cfg(tmp_path)
     script = textwrap.dedent(f"""
         import sys, time
-        from rewardprof.config import validate_config
-        from rewardprof.engine import engine_session
+        from rewardprof.core.config import validate_config
+        from rewardprof.engine.session import engine_session
         cfg = validate_config({cfg.model_dump(mode="json")!r})
         with engine_session(cfg, {str(tmp_path / "engine.log")!r}) as ep:
             print("ready", ep.base_url, flush=True)
@@ -171,8 +172,8 @@ def test_server_gets_sigterm_when_the_job_is_killed(tmp_path):
     cfg, needle = _cfg(tmp_path)
     script = textwrap.dedent(f"""
         import time
-        from rewardprof.config import validate_config
-        from rewardprof.engine import engine_session
+        from rewardprof.core.config import validate_config
+        from rewardprof.engine.session import engine_session
         cfg = validate_config({cfg.model_dump(mode="json")!r})
         with engine_session(cfg, {str(tmp_path / "engine.log")!r}) as ep:
             print("ready", ep.base_url, flush=True)
@@ -181,8 +182,11 @@ def test_server_gets_sigterm_when_the_job_is_killed(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert job.stdout.readline().startswith("ready")
-        servers = [p for p in processes_with_env(needle)
-                   if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        servers = [
+            p
+            for p in processes_with_env(needle)
+            if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
         assert len(servers) == 1
         job.kill()
         job.wait(timeout=10)

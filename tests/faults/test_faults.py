@@ -14,14 +14,14 @@ import threading
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from harness import shardkit as kit
 
-from rewardprof.merge import merge
-from rewardprof.profile import write_profile
-from rewardprof.rollout import ShardIncomplete, run_shard
-from rewardprof.rollout.client import ChatClient
-from rewardprof.rollout.journal import read_rows, scan_journal
-from rewardprof.rollout.runner import task_seed
-from rewardprof.testing import shardkit as kit
+from rewardprof.engine.client import ChatClient
+from rewardprof.stages.merge import merge
+from rewardprof.stages.profile import write_profile
+from rewardprof.stages.rollout.journal import read_rows, scan_journal
+from rewardprof.stages.rollout.output import ShardIncomplete
+from rewardprof.stages.rollout.runner import run_shard, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -45,8 +45,7 @@ def backoffs(monkeypatch) -> list[float]:
     return chosen
 
 
-def _run(tmp_path, server, num_tasks=1, num_repeats=2, rollout=None, engine=None,
-         api_key=None):
+def _run(tmp_path, server, num_tasks=1, num_repeats=2, rollout=None, engine=None, api_key=None):
     cfg = kit.make_config(server.base_url, num_repeats, rollout=rollout, engine=engine)
     tasks = kit.make_tasks(tmp_path, cfg, num_tasks)
     out = tmp_path / "out.parquet"
@@ -59,16 +58,26 @@ def _run(tmp_path, server, num_tasks=1, num_repeats=2, rollout=None, engine=None
 def _journal(tmp_path) -> pd.DataFrame:
     scan = scan_journal(tmp_path / "journal")
     picks: dict[int, list[int]] = {}
-    for src, row in zip(scan.keys["_src"].to_pylist(), scan.keys["_row"].to_pylist(),
-                        strict=True):
+    for src, row in zip(scan.keys["_src"].to_pylist(), scan.keys["_row"].to_pylist(), strict=True):
         picks.setdefault(src, []).append(row)
     parts = [t.to_pandas() for t in read_rows(scan, picks)]
     return pd.concat(parts, ignore_index=True).sort_values(["task_index", "rollout_index"])
 
 
 # --- transient faults: retried, then ok -------------------------------------------------------
-@pytest.mark.parametrize("faults", [["500"], ["502"], ["503"], ["503", "503"], ["429"],
-                                    ["reset"], ["garbage"], ["500", "reset", "garbage"]])
+@pytest.mark.parametrize(
+    "faults",
+    [
+        ["500"],
+        ["502"],
+        ["503"],
+        ["503", "503"],
+        ["429"],
+        ["reset"],
+        ["garbage"],
+        ["500", "reset", "garbage"],
+    ],
+)
 def test_transient_fault_is_retried_then_ok(tmp_path, server, faults):
     server.faults.extend(faults)
     summary, rec, _, _ = _run(tmp_path, server)
@@ -81,8 +90,9 @@ def test_transient_fault_is_retried_then_ok(tmp_path, server, faults):
     assert len({(b["n"], b["seed"]) for b in server.requests}) == 1
 
 
-@pytest.mark.parametrize("header, at_least, at_most", [("retry_after=1", 1.0, 1.0),
-                                                       ("retry_after_date=3", 1.8, 3.0)])
+@pytest.mark.parametrize(
+    "header, at_least, at_most", [("retry_after=1", 1.0, 1.0), ("retry_after_date=3", 1.8, 3.0)]
+)
 def test_429_honours_retry_after(tmp_path, server, backoffs, header, at_least, at_most):
     server.faults.append(f"429:{header}")
     _, rec, _, _ = _run(tmp_path, server)
@@ -121,20 +131,29 @@ def test_hang_past_timeout_is_retried(tmp_path, server):
 
 
 # --- transient faults that never stop: a typed failure after the last attempt -----------------
-@pytest.mark.parametrize("fault, status, error", [
-    ("503", "engine_error", "HTTP 503: "),
-    ("429", "rate_limited", "HTTP 429: "),
-    ("hang", "timeout", "no response within 1s"),  # until the server stops: never answered
-    ("reset", "connection_error", "ClientPayloadError"),
-    ("garbage", "engine_error", "malformed JSON in response body"),
-])
+@pytest.mark.parametrize(
+    "fault, status, error",
+    [
+        ("503", "engine_error", "HTTP 503: "),
+        ("429", "rate_limited", "HTTP 429: "),
+        ("hang", "timeout", "no response within 1s"),  # until the server stops: never answered
+        ("reset", "connection_error", "ClientPayloadError"),
+        ("garbage", "engine_error", "malformed JSON in response body"),
+    ],
+)
 def test_persistent_fault_ends_in_typed_failure(tmp_path, server, fault, status, error):
     server.fault_fn = lambda body: fault
     # a short timeout only where it is the point: an answered fault must not turn into a
     # timeout on a loaded machine
     summary, rec, cfg, tasks = _run(
-        tmp_path, server, rollout={"max_attempts": 3, "max_failed_fraction": 1.0,
-                                   "request_timeout_s": 1 if fault == "hang" else 120})
+        tmp_path,
+        server,
+        rollout={
+            "max_attempts": 3,
+            "max_failed_fraction": 1.0,
+            "request_timeout_s": 1 if fault == "hang" else 120,
+        },
+    )
     assert server.stats["requests"] == 3 and server.stats["ok_requests"] == 0
     assert rec["status"].tolist() == [status, status]
     assert rec["attempt"].tolist() == [3, 3]
@@ -148,15 +167,23 @@ def test_persistent_fault_ends_in_typed_failure(tmp_path, server, fault, status,
 
 def test_retry_budget_bounds_total_time(tmp_path, server, backoffs):
     server.fault_fn = lambda body: "503"
-    _, rec, _, _ = _run(tmp_path, server, rollout={
-        "max_attempts": 1000, "retry_budget_s": 0.5, "backoff_initial_s": 0.05,
-        "backoff_max_s": 0.1, "max_failed_fraction": 1.0})
+    _, rec, _, _ = _run(
+        tmp_path,
+        server,
+        rollout={
+            "max_attempts": 1000,
+            "retry_budget_s": 0.5,
+            "backoff_initial_s": 0.05,
+            "backoff_max_s": 0.1,
+            "max_failed_fraction": 1.0,
+        },
+    )
     requests = server.stats["requests"]
     # the budget ended it, not max_attempts: it slept at most 0.5 s in all, each backoff >= 25
     # ms (the first) or 50 ms, so at most 11 requests however fast the server answers
     assert rec["attempt"].tolist() == [requests] * 2 and 1 <= requests <= 11
     assert len(backoffs) == requests  # one per failed attempt, the last one not slept
-    assert sum(backoffs[:requests - 1]) <= 0.5
+    assert sum(backoffs[: requests - 1]) <= 0.5
     # ... and it retried until the budget was nearly spent (a lower bound: safe when slow);
     # the give-up happens when the next backoff (<= 0.15 s) would pass 0.5 s
     assert (rec["finished_at"] - rec["started_at"]).min() >= 0.5 - 0.15
@@ -166,8 +193,11 @@ def test_retry_budget_bounds_total_time(tmp_path, server, backoffs):
 # --- deterministic errors: no retry ----------------------------------------------------------
 def test_context_length_fails_at_once_without_retry(tmp_path, server, backoffs):
     server.fault_fn = lambda body: "context_length"
-    summary, rec, _, _ = _run(tmp_path, server, rollout={
-        "max_failed_fraction": 1.0, "backoff_initial_s": 5, "backoff_max_s": 5})
+    summary, rec, _, _ = _run(
+        tmp_path,
+        server,
+        rollout={"max_failed_fraction": 1.0, "backoff_initial_s": 5, "backoff_max_s": 5},
+    )
     # at once: no backoff was even computed (it would have been >= 2.5 s)
     assert backoffs == []
     assert server.stats["requests"] == 1
@@ -184,8 +214,11 @@ def test_fewer_choices_reasks_only_the_missing_with_their_seeds(tmp_path, server
     _, rec, _, _ = _run(tmp_path, server, num_repeats=4)
     seed0 = task_seed(0, rec["task_id"][0])
     # 4 asked, 3 came; then 1 asked (seed0+3), 0 came; then 1 asked again, 1 came
-    assert [(b["n"], b["seed"]) for b in server.requests] == [(4, seed0), (1, seed0 + 3),
-                                                              (1, seed0 + 3)]
+    assert [(b["n"], b["seed"]) for b in server.requests] == [
+        (4, seed0),
+        (1, seed0 + 3),
+        (1, seed0 + 3),
+    ]
     assert rec["status"].tolist() == ["ok"] * 4
     assert rec["seed"].tolist() == [seed0 + r for r in range(4)]
     assert server.stats["ok_choices"] == 4
@@ -193,8 +226,9 @@ def test_fewer_choices_reasks_only_the_missing_with_their_seeds(tmp_path, server
 
 def test_fewer_choices_forever_fails_only_the_missing(tmp_path, server):
     server.fault_fn = lambda body: "fewer"
-    _, rec, _, _ = _run(tmp_path, server, num_repeats=3, rollout={
-        "max_attempts": 2, "max_failed_fraction": 1.0})
+    _, rec, _, _ = _run(
+        tmp_path, server, num_repeats=3, rollout={"max_attempts": 2, "max_failed_fraction": 1.0}
+    )
     # attempt 1 gives 2 of 3; attempt 2 asks for 1 and gets 0
     assert rec["status"].tolist() == ["ok", "ok", "engine_error"]
     assert rec["reward"][:2].notna().all() and pd.isna(rec["reward"][2])
@@ -213,10 +247,16 @@ def test_finish_reason_length_recorded_and_still_scored(tmp_path, server):
 
 
 def _profile(tmp_path, cfg, tasks) -> pd.DataFrame:
-    merge([tmp_path / "out.parquet"], tasks, tmp_path / "journal", tmp_path / "rollouts.parquet",
-          tmp_path / "merge.json")
-    write_profile(cfg, tasks, tmp_path / "rollouts.parquet", tmp_path / "report.json",
-                  tmp_path / "profile")
+    merge(
+        [tmp_path / "out.parquet"],
+        tasks,
+        tmp_path / "journal",
+        tmp_path / "rollouts.parquet",
+        tmp_path / "merge.json",
+    )
+    write_profile(
+        cfg, tasks, tmp_path / "rollouts.parquet", tmp_path / "report.json", tmp_path / "profile"
+    )
     return pd.read_parquet(tmp_path / "profile/tasks.parquet").set_index("task_index")
 
 
@@ -234,7 +274,8 @@ def test_terminal_failures_over_limit_leave_no_output(tmp_path, server):
         run_shard(cfg, kit.endpoint(cfg), tasks, tmp_path / "journal", out, "s0of1")
     assert str(exc.value) == (
         "s0of1: 2 of 6 rollouts failed terminally (context_length=2), over "
-        "rollout.max_failed_fraction=0.25; rerun the shard to retry them")
+        "rollout.max_failed_fraction=0.25; rerun the shard to retry them"
+    )
     assert not out.exists()
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".out")] == []
     # every rollout, failed or not, is journaled
@@ -245,8 +286,9 @@ def test_terminal_failures_over_limit_leave_no_output(tmp_path, server):
 
 def test_terminal_failures_within_limit_complete_and_show_per_task(tmp_path, server):
     server.fault_fn = _one_task_fails
-    summary, rec, cfg, tasks = _run(tmp_path, server, num_tasks=3,
-                                    rollout={"max_failed_fraction": 0.4})
+    summary, rec, cfg, tasks = _run(
+        tmp_path, server, num_tasks=3, rollout={"max_failed_fraction": 0.4}
+    )
     assert summary["expected"] == summary["present"] == 6
     assert summary["ok"] == 4 and summary["failed"] == 2
     assert summary["by_status"] == {"context_length": 2, "ok": 4}
@@ -285,8 +327,14 @@ def test_rejected_key_is_request_error_and_redacted(tmp_path):
     with FakeOpenAI(kit.answer, api_key="sk-the-right-one", echo_key=True) as server:
         cfg = kit.make_config(server.base_url, 2, rollout={"max_failed_fraction": 1.0})
         tasks = kit.make_tasks(tmp_path, cfg, 1)
-        run_shard(cfg, kit.endpoint(cfg, api_key=sentinel), tasks, tmp_path / "journal",
-                  tmp_path / "out.parquet", "s0of1")
+        run_shard(
+            cfg,
+            kit.endpoint(cfg, api_key=sentinel),
+            tasks,
+            tmp_path / "journal",
+            tmp_path / "out.parquet",
+            "s0of1",
+        )
         assert server.stats["requests"] == 1  # 401 is not retried
     rec = pq.read_table(tmp_path / "out.parquet").to_pandas()
     assert rec["status"].tolist() == ["request_error"] * 2

@@ -4,13 +4,21 @@ tests/workflow/test_resilience.py: `FileNotFoundError: ...s0of2-...000000.jsonl`
 
 from __future__ import annotations
 
-from rewardprof.rollout import journal
-from rewardprof.rollout.journal import JournalWriter, scan_journal
+from rewardprof.stages.rollout import journal
+from rewardprof.stages.rollout.journal import JournalWriter, scan_journal
 
 
 def _rec(ri: int) -> dict:
-    return {"task_index": 0, "rollout_index": ri, "task_id": "A", "status": "ok",
-            "reward": 1.0, "gen_key": "g", "finished_at": float(ri), "completion": "x"}
+    return {
+        "task_index": 0,
+        "rollout_index": ri,
+        "task_id": "A",
+        "status": "ok",
+        "reward": 1.0,
+        "gen_key": "g",
+        "finished_at": float(ri),
+        "completion": "x",
+    }
 
 
 def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
@@ -52,11 +60,10 @@ def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
     assert scan.keys.num_rows == 1
 
 
-
 HOLDER = """
 import multiprocessing, os, signal, sys, time
 from pathlib import Path
-from rewardprof.rollout.journal import ShardLock
+from rewardprof.stages.rollout.journal import ShardLock
 
 lock = ShardLock(Path(sys.argv[1]), "s0of1").__enter__()
 worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
@@ -76,10 +83,11 @@ def test_shard_lock_dies_with_its_process_not_its_workers(tmp_path):
 
     import psutil
 
-    from rewardprof.rollout.journal import ShardLock
+    from rewardprof.stages.rollout.journal import ShardLock
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     worker_pid = int(holder.stdout.readline())
     assert holder.wait(60) == -signal.SIGKILL
     try:
@@ -103,8 +111,14 @@ def test_rows_of_a_scanned_tail_stay_valid_while_it_grows_and_is_compacted(tmp_p
         f.write('{"task_index": 0, "rollout_in')  # a torn line being written
     scan = scan_journal(tmp_path)
     assert scan.torn_lines == 1 and scan.keys.num_rows == 3
-    assert scan.keys.column_names[:6] == ["task_index", "rollout_index", "task_id", "status",
-                                          "gen_key", "finished_at"]
+    assert scan.keys.column_names[:6] == [
+        "task_index",
+        "rollout_index",
+        "task_id",
+        "status",
+        "gen_key",
+        "finished_at",
+    ]
     with tail.open("a") as f:
         f.write('dex": 9, "task_id": "A", "status": "ok", "completion": "late"}\n')
     first = next(journal.read_rows(scan, {0: [2, 1, 0]}))

@@ -1,5 +1,5 @@
 """Kill safety: SIGKILL the rollout stage at random moments and at the worst ones (mid journal
-line, mid segment, mid output), rerun, and check every trial (see rewardprof.testing.kill_harness
+line, mid segment, mid output), rerun, and check every trial (see harness.kill_harness
 for the checks). ~200 more trials: `python benchmarks/kill_harness.py` (docs/benchmarks.md).
 
 Every kill lands by construction, on an idle or a loaded machine: a random kill waits for the
@@ -15,18 +15,20 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+from harness import shardkit as kit
+from harness.kill_harness import KILL_POINTS, _check_output, run_trial
 
-from rewardprof.testing import shardkit as kit
 from rewardprof.testing.fake_server import FakeOpenAI
-from rewardprof.testing.kill_harness import KILL_POINTS, _check_output, run_trial
 
 TRIALS_PER_POINT = 3  # 7 kill points -> 21 trials, 1-2 kills each
 MID_GENERATION = ("random", "torn_line")  # kills that always leave rollouts to generate
 
 
 def test_kill_trials_fork(tmp_path):
-    trials = [run_trial(tmp_path, seed, KILL_POINTS[seed % len(KILL_POINTS)])
-              for seed in range(TRIALS_PER_POINT * len(KILL_POINTS))]
+    trials = [
+        run_trial(tmp_path, seed, KILL_POINTS[seed % len(KILL_POINTS)])
+        for seed in range(TRIALS_PER_POINT * len(KILL_POINTS))
+    ]
     failed = {t.seed: (t.point, t.problems) for t in trials if t.problems}
     assert failed == {}
     # every trial killed at least one attempt and every kill landed (a kill that never lands
@@ -38,8 +40,12 @@ def test_kill_trials_fork(tmp_path):
     # a segment or output kill comes after records were appended: the clean attempt reused them
     assert all(t.journaled_ok[-1] > 0 for t in trials if t.point not in MID_GENERATION)
     # an output kill comes after every rollout was journaled: nothing is generated again
-    assert all(t.generated_clean == 0 and t.journaled_ok[-1] == t.params["num_tasks"]
-               * t.params["num_repeats"] for t in trials if t.point.startswith("output_"))
+    assert all(
+        t.generated_clean == 0
+        and t.journaled_ok[-1] == t.params["num_tasks"] * t.params["num_repeats"]
+        for t in trials
+        if t.point.startswith("output_")
+    )
 
 
 def test_kill_trials_cli(tmp_path):
@@ -53,9 +59,11 @@ def test_gate_holds_answers_and_survives_a_killed_client(tmp_path):
     """The fake server's gate (what random kills rely on): it answers m requests, holds the
     next, and re-arming it after the held request's client was SIGKILLed serves on."""
     body = json.dumps({"model": kit.MODEL, "messages": [{"role": "user", "content": "hi"}]})
-    post = ("import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
-            "sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': "
-            "'application/json'}), timeout=300)")
+    post = (
+        "import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+        "sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': "
+        "'application/json'}), timeout=300)"
+    )
     with FakeOpenAI(model=kit.MODEL) as server:
         url = server.base_url + "/chat/completions"
 
@@ -84,11 +92,14 @@ def test_gate_with_match_holds_only_the_picked_requests():
     import urllib.request
 
     with FakeOpenAI(model=kit.MODEL) as server:
+
         def post(content: str) -> int:
             body = {"model": kit.MODEL, "messages": [{"role": "user", "content": content}]}
-            req = urllib.request.Request(server.base_url + "/chat/completions",
-                                         data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                server.base_url + "/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(req, timeout=300) as resp:
                 return resp.status
 
@@ -117,8 +128,11 @@ def test_harness_detects_misattribution(tmp_path):
     trial = run_trial(tmp_path, 7, "output_post_rename")
     assert trial.problems == []
     work = tmp_path / "trial-7"
-    cfg = kit.make_config("http://127.0.0.1:9/v1", trial.params["num_repeats"],
-                          engine={"max_n": trial.params["max_n"]})
+    cfg = kit.make_config(
+        "http://127.0.0.1:9/v1",
+        trial.params["num_repeats"],
+        engine={"max_n": trial.params["max_n"]},
+    )
     tasks = kit.load_tasks(work / "tasks.parquet")
     table = pq.read_table(work / "out.parquet").to_pandas()
     a, b = table.index[table["task_index"] == 0][0], table.index[table["task_index"] == 1][0]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import socket
 
 import pytest
+from harness import shardkit as kit
 
-from rewardprof.config import ConfigError
-from rewardprof.engine import engine_session
-from rewardprof.preflight import EndpointUnavailable, check_endpoint, public_url
-from rewardprof.testing import shardkit as kit
+from rewardprof.core.config import ConfigError
+from rewardprof.engine.preflight import EndpointUnavailable, check_endpoint, public_url
+from rewardprof.engine.session import engine_session
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -25,9 +25,11 @@ def test_down_endpoint_named_with_credentials_masked():
     cfg = kit.make_config(f"http://alice:hunter2@127.0.0.1:{port}/v1")
     with pytest.raises(EndpointUnavailable) as exc:
         check_endpoint(cfg, timeout_s=5)
-    assert str(exc.value) == (f"engine.base_url: http://***@127.0.0.1:{port}/v1/models is not "
-                              f"reachable ([Errno 111] Connection refused); start the server or "
-                              f"fix engine.base_url")
+    assert str(exc.value) == (
+        f"engine.base_url: http://***@127.0.0.1:{port}/v1/models is not "
+        f"reachable ([Errno 111] Connection refused); start the server or "
+        f"fix engine.base_url"
+    )
 
 
 def test_rejected_key_names_the_variable_not_the_key(monkeypatch):
@@ -37,22 +39,29 @@ def test_rejected_key_names_the_variable_not_the_key(monkeypatch):
         with pytest.raises(EndpointUnavailable) as exc:
             check_endpoint(cfg)
         assert server.stats["auth_failed"] == 1
-    assert str(exc.value) == (f"engine.base_url: {server.base_url}/models rejected the API key "
-                              f"from $RP_TEST_KEY (HTTP 401)")
+    assert str(exc.value) == (
+        f"engine.base_url: {server.base_url}/models rejected the API key "
+        f"from $RP_TEST_KEY (HTTP 401)"
+    )
 
 
 def test_unset_key_variable():
     with FakeOpenAI() as server:
         cfg = kit.make_config(server.base_url, engine={"api_key_env": "RP_TEST_UNSET_VAR"})
-        with pytest.raises(ConfigError, match="^engine.api_key_env: environment variable "
-                                              "RP_TEST_UNSET_VAR is not set$"):
+        with pytest.raises(
+            ConfigError,
+            match="^engine.api_key_env: environment variable RP_TEST_UNSET_VAR is not set$",
+        ):
             check_endpoint(cfg)
 
 
 def test_model_not_served_and_ok_case():
     with FakeOpenAI(model="served-one") as server:
-        with pytest.raises(EndpointUnavailable, match="does not serve model 'fake-model' "
-                                                      r"\(it serves: served-one\)"):
+        with pytest.raises(
+            EndpointUnavailable,
+            match="does not serve model 'fake-model' "
+            r"\(it serves: served-one\)",
+        ):
             check_endpoint(kit.make_config(server.base_url))
         good = kit.make_config(server.base_url, engine={"model": "served-one"})
         check_endpoint(good)

@@ -29,8 +29,9 @@ def slurm_available() -> tuple[bool, str]:
         return False, "no Slurm client (sbatch); run scripts/local-slurm.sh start as root"
     try:
         ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
-        state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
-                               text=True, timeout=20).stdout.split()
+        state = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
+        ).stdout.split()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"Slurm does not answer: {exc}"
     if "UP" not in ping.stdout:
@@ -56,9 +57,10 @@ def sized_profile(dest: Path) -> Path:
             out["cpus_per_task"] = TEST_CPUS
         return out
 
-    prof = {"default-resources": sized(shipped["default-resources"]),
-            "set-resources": {rule: sized(res)
-                              for rule, res in shipped["set-resources"].items()}}
+    prof = {
+        "default-resources": sized(shipped["default-resources"]),
+        "set-resources": {rule: sized(res) for rule, res in shipped["set-resources"].items()},
+    }
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
     return dest
@@ -84,15 +86,24 @@ class SlurmJob:
         return m.group(1) if m else ""
 
     def detail(self) -> dict[str, str]:
-        out = subprocess.run(["scontrol", "show", "job", "-o", str(self.job_id)],
-                             capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["scontrol", "show", "job", "-o", str(self.job_id)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
 
 def slurm_jobs(after: int = 0) -> list[SlurmJob]:
     """Jobs slurmctld still knows (finished ones for MinJobAge = 300 s), ids > after."""
-    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%j|%k|%T|%l"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "--states=all", "-o", "%i|%j|%k|%T|%l"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     jobs = []
     for line in out.splitlines():
         jid, name, comment, state, limit = line.split("|", 4)
@@ -110,8 +121,9 @@ def last_job_id() -> int:
 
 def submitted(output: str) -> dict[int, str]:
     """Slurm job id -> rule, from Snakemake's 'submitted with SLURM jobid' lines."""
-    found = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*?/rule_([A-Za-z0-9_]+)/",
-                       output)
+    found = re.findall(
+        r"submitted with SLURM jobid (\d+) \(log: \S*?/rule_([A-Za-z0-9_]+)/", output
+    )
     return {int(j): rule for j, rule in found}
 
 
@@ -126,8 +138,10 @@ def journal_writers(rollouts_path: Path) -> dict[tuple[int, int], str]:
     import pandas as pd
 
     df = pd.read_parquet(rollouts_path, columns=["task_index", "rollout_index", "writer"])
-    return {(int(t), int(r)): w for t, r, w in
-            zip(df["task_index"], df["rollout_index"], df["writer"], strict=True)}
+    return {
+        (int(t), int(r)): w
+        for t, r, w in zip(df["task_index"], df["rollout_index"], df["writer"], strict=True)
+    }
 
 
 def dump(obj) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from rewardprof.cli import main
-from rewardprof.launch import Controller, default_snakemake_args
-from rewardprof.slurm_profile import (
+from rewardprof.tools.launch import Controller, default_snakemake_args
+from rewardprof.tools.slurm_config import (
     ProfileInstallError,
     check_profile,
     install_profile,

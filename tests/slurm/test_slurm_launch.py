@@ -33,19 +33,19 @@ from slurm_helpers import (
     submitted,
 )
 
-from rewardprof.rollout.journal import scan_journal
+from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 N_TASKS, K = 10, 4
 
 
 def _setup(tmp_path: Path, base_url: str) -> Path:
-    write_jsonl(tmp_path / "data" / "m.jsonl",
-                [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(N_TASKS)])
-    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl",
-                "num_repeats": K}]
-    cfg = endpoint_config(base_url, entries,
-                          rollout={"concurrency": 2, "segment_interval_s": 0.5})
+    write_jsonl(
+        tmp_path / "data" / "m.jsonl",
+        [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(N_TASKS)],
+    )
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}]
+    cfg = endpoint_config(base_url, entries, rollout={"concurrency": 2, "segment_interval_s": 0.5})
     cfg["engine"]["max_n"] = 1  # one request per rollout, so a stop lands mid-shard
     return write_config(tmp_path, cfg)
 
@@ -82,7 +82,7 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         import submitit  # noqa: F401
     except ImportError:
         require_piece("submitit (the slurm extra)", False, "pip install -e '.[slurm]'")
-    from rewardprof.launch import LaunchOptions, launch
+    from rewardprof.tools.launch import LaunchOptions, launch
 
     with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.1) as server:
         # 16 of the 40 answers, then the rest held until the checkpoint has begun: the stop
@@ -92,8 +92,11 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         opts = LaunchOptions(cluster="local", log_dir=str(tmp_path / "launch"), time_min=30)
         # submitit's local job inherits our environment; the rules call `rewardprof`
         monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-        job = launch(["-s", str(REPO / "Snakefile"), "--cores", "2", "--configfile", str(cfg)],
-                     opts, workdir=str(tmp_path))
+        job = launch(
+            ["-s", str(REPO / "Snakefile"), "--cores", "2", "--configfile", str(cfg)],
+            opts,
+            workdir=str(tmp_path),
+        )
         journal = tmp_path / "results/t/rollouts/journal"
         deadline = time.time() + 240  # liveness only
         while time.time() < deadline and not (_ok_count(journal) >= 6 and server.gate_held):
@@ -138,10 +141,31 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
         before = last_job_id()
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         r = subprocess.run(
-            [sys.executable, "-m", "rewardprof.cli", "launch", "--slurm", "--time", "30",
-             "--mem-gb", "1", "--log-dir", str(log_dir), "--",
-             "-s", str(REPO / "Snakefile"), "--configfile", str(cfg), *profile_args(tmp_path)],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "rewardprof.cli",
+                "launch",
+                "--slurm",
+                "--time",
+                "30",
+                "--mem-gb",
+                "1",
+                "--log-dir",
+                str(log_dir),
+                "--",
+                "-s",
+                str(REPO / "Snakefile"),
+                "--configfile",
+                str(cfg),
+                *profile_args(tmp_path),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         ctrl = int(re.search(r"as job (\d+)", r.stdout).group(1))
         assert f"scancel {ctrl}" in r.stdout and "tail -f" in r.stdout  # how to follow it
@@ -193,8 +217,9 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
 
 
 def _job(job_id: int) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
-                         text=True, timeout=30).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True, timeout=30
+    ).stdout
     return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
 
@@ -207,9 +232,28 @@ def test_launch_wait_reports_success_and_failure(tmp_path):
     procs = {}
     for name, args in (("ok", ["--version"]), ("bad", ["--no-such-option"])):
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "rewardprof.cli", "launch", "--slurm", "--wait", "--time",
-             "5", "--mem-gb", "0.5", "--log-dir", str(tmp_path / name), "--", *args],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "rewardprof.cli",
+                "launch",
+                "--slurm",
+                "--wait",
+                "--time",
+                "5",
+                "--mem-gb",
+                "0.5",
+                "--log-dir",
+                str(tmp_path / name),
+                "--",
+                *args,
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     outs = {name: p.communicate(timeout=300)[0] for name, p in procs.items()}
     assert procs["ok"].returncode == 0 and "finished" in outs["ok"], outs["ok"]
     assert procs["bad"].returncode == 1 and "failed" in outs["bad"], outs["bad"]

@@ -29,7 +29,7 @@ from slurm_helpers import (
     submitted,
 )
 
-from rewardprof.rollout.journal import scan_journal
+from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.slurm
@@ -49,8 +49,10 @@ def answer(prompt: str, seed: int | None) -> str:
 
 
 def _entries(tmp_path: Path, n: int) -> list[dict]:
-    write_jsonl(tmp_path / "data" / "m.jsonl",
-                [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(n)])
+    write_jsonl(
+        tmp_path / "data" / "m.jsonl",
+        [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(n)],
+    )
     return [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 4}]
 
 
@@ -74,9 +76,13 @@ def test_dry_run_prints_dag_and_submits_nothing(tmp_path):
         # bare name: not found until installed (Snakemake looks in cwd and config dirs only)
         r = snakemake(work, "-n", "--configfile", str(cfg), "--profile", "slurm", env=env)
         assert r.returncode != 0
-        inst = subprocess.run([sys.executable, "-m", "rewardprof.cli", "install-profile"],
-                              cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, **env})
+        inst = subprocess.run(
+            [sys.executable, "-m", "rewardprof.cli", "install-profile"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
         assert inst.returncode == 0, inst.stdout + inst.stderr
         installed = xdg / "snakemake" / "slurm"
         assert installed.resolve() == PROFILE.resolve()  # a link: always the shipped profile
@@ -153,8 +159,11 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
     the journal, and the merged output has every (task, rollout) exactly once."""
     n_tasks, k = 10, 4
     with FakeOpenAI(answer, latency_s=0.1) as server:
-        cfg_dict = endpoint_config(server.base_url, _entries(tmp_path, n_tasks),
-                                   rollout={"concurrency": 2, "segment_interval_s": 0.5})
+        cfg_dict = endpoint_config(
+            server.base_url,
+            _entries(tmp_path, n_tasks),
+            rollout={"concurrency": 2, "segment_interval_s": 0.5},
+        )
         cfg_dict["entries"][0]["num_repeats"] = k
         cfg_dict["engine"]["max_n"] = 1  # one request per rollout
         cfg = write_config(tmp_path, cfg_dict)
@@ -164,23 +173,43 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
         # shard 0's requests (its tasks' prompts) get 6 answers, then wait at the gate until its
         # job is cancelled: the scancel lands mid-shard by construction, however fast the
         # machine; shard 1 is served as usual
-        shard0_prompts = {_canonical(json.loads(m)) for m in pd.read_parquet(
-            tmp_path / "results/t/shards/0-of-2.parquet", columns=["messages"])["messages"]}
+        shard0_prompts = {
+            _canonical(json.loads(m))
+            for m in pd.read_parquet(
+                tmp_path / "results/t/shards/0-of-2.parquet", columns=["messages"]
+            )["messages"]
+        }
         server.hold_after(6, match=lambda body: _canonical(body["messages"]) in shard0_prompts)
         before = last_job_id()
         # up to the merged rollouts: the stages after merge add nothing to this test
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d",
-               str(tmp_path), "--cores", "2", "results/t/rollouts.parquet",
-               "--configfile", str(cfg), *profile_args(tmp_path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--cores",
+            "2",
+            "results/t/rollouts.parquet",
+            "--configfile",
+            str(cfg),
+            *profile_args(tmp_path),
+        ]
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         journal = tmp_path / "results/t/rollouts/journal"
         victim = None
         deadline = time.time() + 300  # liveness only
         while time.time() < deadline and victim is None:
-            shard0 = [j for j in slurm_jobs(before)
-                      if j.comment == "rule_rollout_wildcards_0_2" and j.state == "RUNNING"]
+            shard0 = [
+                j
+                for j in slurm_jobs(before)
+                if j.comment == "rule_rollout_wildcards_0_2" and j.state == "RUNNING"
+            ]
             done0 = {key for key in _ok_keys(journal) if key[0] % 2 == 0}
             # the 6 answered rollouts journaled and both concurrency slots held at the gate
             if shard0 and len(done0) >= 6 and server.gate_held == 2:
@@ -195,7 +224,8 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
         # served (the retry's too)
         deadline = time.time() + 60  # liveness only
         while time.time() < deadline and any(
-                j.job_id == victim.job_id and j.state == "RUNNING" for j in slurm_jobs(before)):
+            j.job_id == victim.job_id and j.state == "RUNNING" for j in slurm_jobs(before)
+        ):
             time.sleep(0.3)
         server.hold_after(None)
         out, _ = proc.communicate(timeout=600)
@@ -205,8 +235,9 @@ def test_scancel_rollout_mid_shard_is_retried_without_regenerating(tmp_path):
     # Snakemake saw the cancelled job as failed and resubmitted it
     assert f"SLURM-job '{victim.job_id}' failed" in out and "CANCELLED" in out, out[-4000:]
     jobs = slurm_jobs(before)
-    retry = [j for j in jobs if j.comment == "rule_rollout_wildcards_0_2" and j.job_id >
-             victim.job_id]
+    retry = [
+        j for j in jobs if j.comment == "rule_rollout_wildcards_0_2" and j.job_id > victim.job_id
+    ]
     assert len(retry) == 1 and retry[0].state == "COMPLETED", jobs
     assert retry[0].time_limit == "12:00:00"  # runtime "360 * attempt", attempt 2
 

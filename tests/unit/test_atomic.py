@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rewardprof.atomic import atomic_path, write_text_atomic
+from rewardprof.core.atomic import atomic_path, write_text_atomic
 
 
 def test_a_killed_writers_temp_file_is_removed_by_the_next_writer(tmp_path):

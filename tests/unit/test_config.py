@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardprof.config import ConfigError, load_config, validate_config
+from rewardprof.core.config import ConfigError, load_config, validate_config
 
 ENTRY = {"label": "m", "environment": "math", "source": "x.jsonl"}
 
@@ -18,32 +18,62 @@ def test_defaults_follow_the_public_interface():
     assert cfg.run == "demo" and cfg.num_shards == 2
     e = cfg.entries[0]
     assert (e.num_repeats, e.limit, e.sample, e.seed) == (4, None, "head", 0)
-    assert cfg.sampling.model_dump() == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 1024,
-                                         "seed": 0}
+    assert cfg.sampling.model_dump() == {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 1024,
+        "seed": 0,
+    }
     assert cfg.engine.mode == "serve" and cfg.engine.model == "builtin:smollm2-135m"
     assert cfg.model_name == "smollm2-135m"
-    assert (cfg.rollout.concurrency, cfg.rollout.request_timeout_s,
-            cfg.rollout.max_attempts) == (64, 600, 4)
+    assert (cfg.rollout.concurrency, cfg.rollout.request_timeout_s, cfg.rollout.max_attempts) == (
+        64,
+        600,
+        4,
+    )
     assert cfg.profile.pass_at_k == [1] and cfg.profile.group_size == 8
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"entries": [dict(ENTRY, num_repeat=3)]},
-     "entries[0].num_repeat: unknown key; did you mean num_repeats?"),
-    ({"entries": [ENTRY], "num_shard": 3}, "num_shard: unknown key; did you mean num_shards?"),
-    ({"entries": [ENTRY], "sampling": {"temprature": 0.5}},
-     "sampling.temprature: unknown key; did you mean temperature?"),
-    ({"entries": [dict(ENTRY, environment="mth")]},
-     "unknown environment 'mth'; did you mean math?"),
-    ({"entries": [dict(ENTRY, num_repeats=0)]}, "entries[0].num_repeats: Input should be greater"),
-    ({"entries": [ENTRY, ENTRY]}, "entries[1].label: duplicate label 'm'"),
-    ({"entries": [ENTRY], "engine": {"mode": "endpoint"}},
-     "engine.base_url: required when engine.mode is 'endpoint'"),
-    ({"entries": [dict(ENTRY, sample="randm")]}, "entries[0].sample: Input should be 'head' or"),
-    ({"entries": []}, "entries: List should have at least 1 item"),
-    ({"entries": [dict(ENTRY, source={"generator": "reasoning_gym", "task": "x", "sze": 2})]},
-     "entries[0].source.sze: unknown key; did you mean size?"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            {"entries": [dict(ENTRY, num_repeat=3)]},
+            "entries[0].num_repeat: unknown key; did you mean num_repeats?",
+        ),
+        ({"entries": [ENTRY], "num_shard": 3}, "num_shard: unknown key; did you mean num_shards?"),
+        (
+            {"entries": [ENTRY], "sampling": {"temprature": 0.5}},
+            "sampling.temprature: unknown key; did you mean temperature?",
+        ),
+        (
+            {"entries": [dict(ENTRY, environment="mth")]},
+            "unknown environment 'mth'; did you mean math?",
+        ),
+        (
+            {"entries": [dict(ENTRY, num_repeats=0)]},
+            "entries[0].num_repeats: Input should be greater",
+        ),
+        ({"entries": [ENTRY, ENTRY]}, "entries[1].label: duplicate label 'm'"),
+        (
+            {"entries": [ENTRY], "engine": {"mode": "endpoint"}},
+            "engine.base_url: required when engine.mode is 'endpoint'",
+        ),
+        (
+            {"entries": [dict(ENTRY, sample="randm")]},
+            "entries[0].sample: Input should be 'head' or",
+        ),
+        ({"entries": []}, "entries: List should have at least 1 item"),
+        (
+            {
+                "entries": [
+                    dict(ENTRY, source={"generator": "reasoning_gym", "task": "x", "sze": 2})
+                ]
+            },
+            "entries[0].source.sze: unknown key; did you mean size?",
+        ),
+    ],
+)
 def test_bad_keys_give_one_line_naming_the_key(data, expected):
     msg = _err(data)
     assert expected in msg

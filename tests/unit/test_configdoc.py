@@ -1,7 +1,7 @@
 from helpers import REPO
 
-from rewardprof.config import Config, Engine, Entry, Profile, Rollout, Sampling
-from rewardprof.configdoc import render_markdown
+from rewardprof.core.config import Config, Engine, Entry, Profile, Rollout, Sampling
+from rewardprof.core.configdoc import render_markdown
 
 
 def test_config_reference_is_current_and_complete():

@@ -6,22 +6,34 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rewardprof.config import ConfigError, validate_config
-from rewardprof.estimate import estimate, useful_fraction
-from rewardprof.export import REASONS, drop_reasons, label_weights
+from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.stages.export import REASONS, drop_reasons, label_weights
+from rewardprof.tools.estimate import estimate, useful_fraction
 
 
 def _cfg(export=None, entries=("a", "b"), **extra):
-    return validate_config({"entries": [{"label": lbl, "environment": "math", "source": "x",
-                                         "num_repeats": 4} for lbl in entries],
-                            "export": export or {}, **extra})
+    return validate_config(
+        {
+            "entries": [
+                {"label": lbl, "environment": "math", "source": "x", "num_repeats": 4}
+                for lbl in entries
+            ],
+            "export": export or {},
+            **extra,
+        }
+    )
 
 
 def _reasons(cfg, rates, n=None, signal=None):
     rates = np.array(rates, dtype=float)
-    t = pa.table({"pass_rate": rates, "pass_rate_excl_truncated": rates,
-                  "num_rollouts": n if n is not None else [4] * len(rates),
-                  "grpo_signal": signal if signal is not None else 1 - rates**8 - (1 - rates)**8})
+    t = pa.table(
+        {
+            "pass_rate": rates,
+            "pass_rate_excl_truncated": rates,
+            "num_rollouts": n if n is not None else [4] * len(rates),
+            "grpo_signal": signal if signal is not None else 1 - rates**8 - (1 - rates) ** 8,
+        }
+    )
     return [REASONS[i] if i >= 0 else "kept" for i in drop_reasons(cfg, t)]
 
 
@@ -31,13 +43,23 @@ def test_default_rules_drop_zero_and_one_and_unscored():
 
 
 def test_band_and_signal_rules_in_order():
-    cfg = _cfg({"min_pass_rate": 0.3, "max_pass_rate": 0.8, "min_grpo_signal": 0.95,
-                "drop_all_pass": False})
+    cfg = _cfg(
+        {
+            "min_pass_rate": 0.3,
+            "max_pass_rate": 0.8,
+            "min_grpo_signal": 0.95,
+            "drop_all_pass": False,
+        }
+    )
     # 1.0 is not dropped as all_pass (rule off) but as above the band
-    got = _reasons(cfg, [0.25, 0.9, 1.0, 0.5, 0.75],
-                   signal=[0.9, 0.5, 0.0, 0.99, 0.9])
-    assert got == ["below_min_pass_rate", "above_max_pass_rate", "above_max_pass_rate", "kept",
-                   "low_grpo_signal"]
+    got = _reasons(cfg, [0.25, 0.9, 1.0, 0.5, 0.75], signal=[0.9, 0.5, 0.0, 0.99, 0.9])
+    assert got == [
+        "below_min_pass_rate",
+        "above_max_pass_rate",
+        "above_max_pass_rate",
+        "kept",
+        "low_grpo_signal",
+    ]
 
 
 def test_min_rollouts():
@@ -76,19 +98,46 @@ def test_useful_fraction_by_hand():
 
 
 def test_estimate_arithmetic():
-    pilot = {"run_dir": "p", "rollouts": 300, "jobs": 1, "engine_hours": 1.5,
-             "gpu_hours": 1.5, "gpus_per_engine": 1, "rollouts_per_gpu_hour": 200.0,
-             "output_tokens_per_gpu_hour": 1.0, "startup_overhead_s": 360.0,
-             "labels": {
-                 "a": {"environment": "math", "tasks": 25, "num_repeats": 4, "rollouts": 100,
-                       "gpu_hours": 1.0, "rollouts_per_gpu_hour": 100.0,
-                       "pass_rates": [0.5] * 25},
-                 "b": {"environment": "mcq", "tasks": 50, "num_repeats": 4, "rollouts": 200,
-                       "gpu_hours": 0.5, "rollouts_per_gpu_hour": 400.0,
-                       "pass_rates": [1.0] * 50}}}
-    target = validate_config({"num_shards": 8, "entries": [
-        {"label": "a", "environment": "math", "source": "x", "num_repeats": 2},
-        {"label": "c", "environment": "mcq", "source": "y", "num_repeats": 8}]})
+    pilot = {
+        "run_dir": "p",
+        "rollouts": 300,
+        "jobs": 1,
+        "engine_hours": 1.5,
+        "gpu_hours": 1.5,
+        "gpus_per_engine": 1,
+        "rollouts_per_gpu_hour": 200.0,
+        "output_tokens_per_gpu_hour": 1.0,
+        "startup_overhead_s": 360.0,
+        "labels": {
+            "a": {
+                "environment": "math",
+                "tasks": 25,
+                "num_repeats": 4,
+                "rollouts": 100,
+                "gpu_hours": 1.0,
+                "rollouts_per_gpu_hour": 100.0,
+                "pass_rates": [0.5] * 25,
+            },
+            "b": {
+                "environment": "mcq",
+                "tasks": 50,
+                "num_repeats": 4,
+                "rollouts": 200,
+                "gpu_hours": 0.5,
+                "rollouts_per_gpu_hour": 400.0,
+                "pass_rates": [1.0] * 50,
+            },
+        },
+    }
+    target = validate_config(
+        {
+            "num_shards": 8,
+            "entries": [
+                {"label": "a", "environment": "math", "source": "x", "num_repeats": 2},
+                {"label": "c", "environment": "mcq", "source": "y", "num_repeats": 8},
+            ],
+        }
+    )
     res = estimate(pilot, target, gpus=4, tasks={"a": 1000, "c": 400})
     a, c = res["labels"]
     assert (a["basis"], a["rollouts"], a["gpu_hours"]) == ("label", 2000, 20.0)
@@ -111,26 +160,43 @@ def test_export_files_written_in_slices(tmp_path, monkeypatch):
 
     import pyarrow.parquet as pq
 
-    from rewardprof import export as ex
+    from rewardprof.stages import export as ex
 
     monkeypatch.setattr(ex, "SLICE_ROWS", 3)  # slices cross the label boundary at task 5
     rates = [0.5, 0.0, 0.25, 0.75, 1.0, 0.5, 0.5, 0.0, 0.5, 0.25]
     n = len(rates)
-    t = pa.table({"task_index": list(range(n)), "task_id": [f"t{i}" for i in range(n)],
-                  "label": ["a"] * 5 + ["b"] * 5, "environment": ["math"] * n,
-                  "num_rollouts": [4] * n, "pass_rate": rates,
-                  "pass_rate_excl_truncated": rates, "grpo_signal": [0.9] * n,
-                  "sample": [json.dumps({"i": i}) if i != 6 else '{"reward_profile":"old"}'
-                             for i in range(n)]})
+    t = pa.table(
+        {
+            "task_index": list(range(n)),
+            "task_id": [f"t{i}" for i in range(n)],
+            "label": ["a"] * 5 + ["b"] * 5,
+            "environment": ["math"] * n,
+            "num_rollouts": [4] * n,
+            "pass_rate": rates,
+            "pass_rate_excl_truncated": rates,
+            "grpo_signal": [0.9] * n,
+            "sample": [
+                json.dumps({"i": i}) if i != 6 else '{"reward_profile":"old"}' for i in range(n)
+            ],
+        }
+    )
     pq.write_table(t, tmp_path / "p.parquet")
-    (tmp_path / "r.json").write_text(json.dumps({"entries": [
-        {"label": "a", "environment": "math", "start": 0, "end": 5},
-        {"label": "b", "environment": "math", "start": 5, "end": 10}]}))
+    (tmp_path / "r.json").write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"label": "a", "environment": "math", "start": 0, "end": 5},
+                    {"label": "b", "environment": "math", "start": 5, "end": 10},
+                ]
+            }
+        )
+    )
     res = ex.export(_cfg(), tmp_path / "p.parquet", tmp_path / "r.json", tmp_path / "out")
     assert (res["kept"], res["dropped"]) == (7, 3)
 
     def read(name):
         return [json.loads(x) for x in (tmp_path / "out" / name).read_text().splitlines()]
+
     a, b, combined = read("by_label/a.jsonl"), read("by_label/b.jsonl"), read("combined.jsonl")
     assert [r["i"] for r in a] == [0, 2, 3]
     assert [r["reward_profile"]["task_index"] for r in b] == [5, 6, 8, 9]

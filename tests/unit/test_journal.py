@@ -4,15 +4,22 @@ import json
 
 import pandas as pd
 
-from rewardprof.rollout.collected import resolve
-from rewardprof.rollout.journal import JournalWriter, ShardLock, scan_journal
-from rewardprof.rollout.runner import Unit, _units, task_seed
+from rewardprof.stages.rollout.collected import resolve
+from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.stages.rollout.runner import Unit, _units, task_seed
 
 
 def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):
-    return {"task_index": ti, "rollout_index": ri, "task_id": task_id, "status": status,
-            "reward": 1.0 if status == "ok" else None, "gen_key": key, "finished_at": t,
-            "completion": "x" * 10}
+    return {
+        "task_index": ti,
+        "rollout_index": ri,
+        "task_id": task_id,
+        "status": status,
+        "reward": 1.0 if status == "ok" else None,
+        "gen_key": key,
+        "finished_at": t,
+        "completion": "x" * 10,
+    }
 
 
 def test_segments_tail_and_torn_line(tmp_path):
@@ -50,16 +57,21 @@ def test_resolve_dedupes_prefers_ok_rekeys_and_ignores_stale(tmp_path):
     w._tail.flush()
     tasks = pd.DataFrame({"task_index": [0, 1], "task_id": ["A", "B"], "num_repeats": [2, 2]})
     col = resolve(scan_journal(tmp_path), tasks, "g")
-    got = sorted(zip(col.winners["task_index"], col.winners["rollout_index"],
-                     col.winners["status"], strict=True))
+    got = sorted(
+        zip(
+            col.winners["task_index"],
+            col.winners["rollout_index"],
+            col.winners["status"],
+            strict=True,
+        )
+    )
     assert got == [(0, 0, "ok"), (1, 0, "ok")]
     assert col.stale == 1 and col.rekeyed == 1
 
 
 def test_units_group_consecutive_indices_up_to_max_n():
     units = list(_units([[0, 1, 2, 3], [1, 3, 4], []], max_n=3))
-    assert [(u.pos, u.indices) for u in units] == [(0, [0, 1, 2]), (0, [3]), (1, [1]),
-                                                   (1, [3, 4])]
+    assert [(u.pos, u.indices) for u in units] == [(0, [0, 1, 2]), (0, [3]), (1, [1]), (1, [3, 4])]
     assert isinstance(units[0], Unit)
 
 
@@ -89,8 +101,8 @@ def test_segments_of_an_older_schema_read_with_new_columns_null(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rewardprof.records import COLUMN_NAMES, ROLLOUT_SCHEMA
-    from rewardprof.rollout.journal import read_rows
+    from rewardprof.core.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA
+    from rewardprof.stages.rollout.journal import read_rows
 
     old = pa.schema([f for f in ROLLOUT_SCHEMA if f.name != "completion_tokens_source"])
     rec = dict(_rec(0, 0), completion_tokens=7)
@@ -106,11 +118,13 @@ def test_segments_of_an_older_schema_read_with_new_columns_null(tmp_path):
 def test_shard_lock_is_exclusive(tmp_path):
     import pytest
 
-    from rewardprof.rollout.journal import JournalLocked
+    from rewardprof.stages.rollout.journal import JournalLocked
 
-    with (ShardLock(tmp_path, "s0of2"),
-          pytest.raises(JournalLocked, match="another rollout"),
-          ShardLock(tmp_path, "s0of2")):
+    with (
+        ShardLock(tmp_path, "s0of2"),
+        pytest.raises(JournalLocked, match="another rollout"),
+        ShardLock(tmp_path, "s0of2"),
+    ):
         pass
     with ShardLock(tmp_path, "s0of2"):  # released after the first holder exits
         pass
@@ -122,7 +136,7 @@ def test_winner_choice_matches_the_plain_definition_on_random_journals():
     first record."""
     import numpy as np
 
-    from rewardprof.rollout.collected import _winners
+    from rewardprof.stages.rollout.collected import _winners
 
     rng = np.random.default_rng(0)
     for _ in range(2000):

@@ -6,21 +6,35 @@ import json
 
 import pyarrow as pa
 
-from rewardprof.jsonl import json_objects, with_key, write_table_jsonl
+from rewardprof.core.jsonl import json_objects, with_key, write_table_jsonl
 
 
 def test_round_trip_of_awkward_values(tmp_path):
-    strings = ['plain', 'quote " and \\ backslash', "new\nline\ttab\r", "bell \x01 \x1f",
-               "ünïcödé ✓ /slash", None]
-    t = pa.table({
-        "s": strings,
-        "f": [0.1, 1.0, float("nan"), float("inf"), None, 1e-300],
-        "i": pa.array([1, None, -3, 2**40, 0, 5], pa.int64()),
-        "b": [True, False, None, True, False, True],
-        "mean/reward": [0.5] * 6,
-        "sample": ['{"a":1}', '{}', '{"nested":{"x":[1,2]}}', '{"k":"v"}', '{"q":null}',
-                   '{"z":"\\u00e9"}'],
-    })
+    strings = [
+        "plain",
+        'quote " and \\ backslash',
+        "new\nline\ttab\r",
+        "bell \x01 \x1f",
+        "ünïcödé ✓ /slash",
+        None,
+    ]
+    t = pa.table(
+        {
+            "s": strings,
+            "f": [0.1, 1.0, float("nan"), float("inf"), None, 1e-300],
+            "i": pa.array([1, None, -3, 2**40, 0, 5], pa.int64()),
+            "b": [True, False, None, True, False, True],
+            "mean/reward": [0.5] * 6,
+            "sample": [
+                '{"a":1}',
+                "{}",
+                '{"nested":{"x":[1,2]}}',
+                '{"k":"v"}',
+                '{"q":null}',
+                '{"z":"\\u00e9"}',
+            ],
+        }
+    )
     write_table_jsonl(t, tmp_path / "t.jsonl", raw=("sample",))
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [r["s"] for r in rows] == strings

@@ -6,10 +6,10 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import math_row, write_jsonl
 
-from rewardprof.config import validate_config
-from rewardprof.materialize import make_task_id, materialize
-from rewardprof.shard import write_shard
-from rewardprof.sources import SourceError
+from rewardprof.core.config import validate_config
+from rewardprof.sources.files import SourceError
+from rewardprof.stages.materialize import make_task_id, materialize
+from rewardprof.stages.shard import write_shard
 
 
 def _cfg(entries):
@@ -19,8 +19,12 @@ def _cfg(entries):
 def test_indices_by_cumulative_offsets_and_report(tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", [math_row(f"q{i}", str(i)) for i in range(5)])
     b = write_jsonl(tmp_path / "b.jsonl", [math_row(f"r{i}", str(i)) for i in range(3)])
-    cfg = _cfg([{"label": "a", "environment": "math", "source": str(a), "limit": 2},
-                {"label": "b", "environment": "math", "source": str(b), "num_repeats": 2}])
+    cfg = _cfg(
+        [
+            {"label": "a", "environment": "math", "source": str(a), "limit": 2},
+            {"label": "b", "environment": "math", "source": str(b), "num_repeats": 2},
+        ]
+    )
     report = materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     t = pq.read_table(tmp_path / "t.parquet").to_pandas()
     assert t["task_index"].tolist() == [0, 1, 2, 3, 4]
@@ -41,8 +45,18 @@ def test_random_sample_is_seeded_uniform_and_keeps_source_order(tmp_path):
     src = write_jsonl(tmp_path / "a.jsonl", [math_row(f"q{i}", str(i)) for i in range(200)])
     picks = []
     for seed in (1, 1, 2):
-        cfg = _cfg([{"label": "a", "environment": "math", "source": str(src), "limit": 10,
-                     "sample": "random", "seed": seed}])
+        cfg = _cfg(
+            [
+                {
+                    "label": "a",
+                    "environment": "math",
+                    "source": str(src),
+                    "limit": 10,
+                    "sample": "random",
+                    "seed": seed,
+                }
+            ]
+        )
         rep = materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
         assert rep["entries"][0]["rows_read"] == 200 and rep["entries"][0]["seed"] == seed
         lines = pq.read_table(tmp_path / "t.parquet").column("source_line").to_pylist()
@@ -51,13 +65,16 @@ def test_random_sample_is_seeded_uniform_and_keeps_source_order(tmp_path):
     assert picks[0] == picks[1] != picks[2]
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b'{"expected_answer": "1", "prompt": "x"}\n{"expected_answer": \n', "2: malformed JSON"),
-    (b'{"expected_answer": "1", "prompt": "x"}\n\xff\xfe\n', "2: not valid UTF-8"),
-    (b'[1, 2]\n', "1: expected a JSON object, got list"),
-    (b'{"prompt": "x"}\n', "1: missing field(s) needed by environment 'math'"),
-    (b'{"expected_answer": "1"}\n', "1: no prompt"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b'{"expected_answer": "1", "prompt": "x"}\n{"expected_answer": \n', "2: malformed JSON"),
+        (b'{"expected_answer": "1", "prompt": "x"}\n\xff\xfe\n', "2: not valid UTF-8"),
+        (b"[1, 2]\n", "1: expected a JSON object, got list"),
+        (b'{"prompt": "x"}\n', "1: missing field(s) needed by environment 'math'"),
+        (b'{"expected_answer": "1"}\n', "1: no prompt"),
+    ],
+)
 def test_bad_rows_fail_with_path_line_and_leave_nothing(tmp_path, content, reason):
     src = tmp_path / "bad.jsonl"
     src.write_bytes(content)

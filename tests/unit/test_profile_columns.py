@@ -9,34 +9,59 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from rewardprof.config import validate_config
-from rewardprof.jsonl import write_table_jsonl
-from rewardprof.profile import task_profile
-from rewardprof.profile_summary import format_table, label_summary
+from rewardprof.core.config import validate_config
+from rewardprof.core.jsonl import write_table_jsonl
+from rewardprof.stages.profile import task_profile
+from rewardprof.stages.profile_summary import format_table, label_summary
 
 
 def _cfg(**profile):
-    return validate_config({"entries": [{"label": "a", "environment": "math", "source": "a"}],
-                            "profile": {"pass_at_k": [1, 2], "group_size": 2, **profile}})
+    return validate_config(
+        {
+            "entries": [{"label": "a", "environment": "math", "source": "a"}],
+            "profile": {"pass_at_k": [1, 2], "group_size": 2, **profile},
+        }
+    )
 
 
 def _tasks(n=3):
-    return pd.DataFrame({"task_index": range(n), "task_id": [f"id{i}" for i in range(n)],
-                         "label": ["a", "a", "b"][:n], "environment": "math",
-                         "num_repeats": 4, "row": [json.dumps({"q": i}) for i in range(n)]})
+    return pd.DataFrame(
+        {
+            "task_index": range(n),
+            "task_id": [f"id{i}" for i in range(n)],
+            "label": ["a", "a", "b"][:n],
+            "environment": "math",
+            "num_repeats": 4,
+            "row": [json.dumps({"q": i}) for i in range(n)],
+        }
+    )
 
 
 def _rollouts():
     rows = [  # task, rollout, status, reward, finish_reason, tokens
-        (0, 0, "ok", 1.0, "stop", 10), (0, 1, "ok", 1.0, "stop", 20),
-        (0, 2, "ok", 0.0, "stop", 30), (0, 3, "ok", 0.0, "length", 100),
-        (1, 0, "ok", 1.0, "stop", 5), (1, 1, "ok", 1.0, "stop", 5),
-        (1, 2, "ok", 1.0, "stop", 5), (1, 3, "engine_error", None, None, None),
-        (2, 0, "ok", 0.5, "stop", 8), (2, 1, "ok", 0.5, "stop", 8),
+        (0, 0, "ok", 1.0, "stop", 10),
+        (0, 1, "ok", 1.0, "stop", 20),
+        (0, 2, "ok", 0.0, "stop", 30),
+        (0, 3, "ok", 0.0, "length", 100),
+        (1, 0, "ok", 1.0, "stop", 5),
+        (1, 1, "ok", 1.0, "stop", 5),
+        (1, 2, "ok", 1.0, "stop", 5),
+        (1, 3, "engine_error", None, None, None),
+        (2, 0, "ok", 0.5, "stop", 8),
+        (2, 1, "ok", 0.5, "stop", 8),
         (2, 2, "ok", 1.0, "stop", 8),  # task 2's 4th rollout is missing
     ]
-    df = pd.DataFrame(rows, columns=["task_index", "rollout_index", "status", "reward",
-                                     "finish_reason", "completion_tokens"])
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "task_index",
+            "rollout_index",
+            "status",
+            "reward",
+            "finish_reason",
+            "completion_tokens",
+        ],
+    )
     df["completion_tokens"] = df["completion_tokens"].astype("Int32")
     return df
 
@@ -82,8 +107,12 @@ def test_task_without_rollouts_has_no_rates():
 
 def test_label_summary_splits_by_index_range(tmp_path):
     prof = task_profile(_cfg(), _tasks(), _rollouts())
-    report = {"entries": [{"label": "a", "environment": "math", "start": 0, "end": 2},
-                          {"label": "b", "environment": "math", "start": 2, "end": 3}]}
+    report = {
+        "entries": [
+            {"label": "a", "environment": "math", "start": 0, "end": 2},
+            {"label": "b", "environment": "math", "start": 2, "end": 3},
+        ]
+    }
     a, b = label_summary(prof, report, _rollouts())
     assert (a["tasks"], a["rollouts"], a["expected_rollouts"], a["failed"]) == (2, 7, 8, 1)
     assert a["failed_by_kind"] == {"engine_error": 1}
@@ -101,8 +130,10 @@ def test_label_summary_splits_by_index_range(tmp_path):
 
 
 def _accounting(prof: pd.DataFrame) -> pd.Series:
-    return (prof["num_rollouts"] + prof["num_failed"] + prof["missing_num_rollouts"]
-            == prof["expected_num_rollouts"])
+    return (
+        prof["num_rollouts"] + prof["num_failed"] + prof["missing_num_rollouts"]
+        == prof["expected_num_rollouts"]
+    )
 
 
 def test_ok_with_null_reward_counts_as_a_verifier_error():
@@ -126,14 +157,16 @@ def test_ok_with_null_reward_counts_as_a_verifier_error():
 
 def test_ok_with_null_reward_adds_to_existing_verifier_errors():
     rollouts = _rollouts()
-    rollouts.loc[(rollouts.task_index == 2) & (rollouts.rollout_index == 0),
-                 ["status", "reward"]] = ["verifier_error", None]
+    rollouts.loc[
+        (rollouts.task_index == 2) & (rollouts.rollout_index == 0), ["status", "reward"]
+    ] = ["verifier_error", None]
     rollouts.loc[(rollouts.task_index == 2) & (rollouts.rollout_index == 1), "reward"] = None
     prof = task_profile(_cfg(), _tasks(), rollouts).set_index("task_index")
     assert prof.loc[2, "num_failed/verifier_error"] == 2 and prof.loc[2, "num_rollouts"] == 1
     assert _accounting(prof.reset_index()).all()
-    assert prof["num_failed"].sum() == sum(prof[c].sum() for c in prof.columns
-                                           if c.startswith("num_failed/"))
+    assert prof["num_failed"].sum() == sum(
+        prof[c].sum() for c in prof.columns if c.startswith("num_failed/")
+    )
 
 
 def test_rollout_records_ok_without_reward_as_verifier_error():
@@ -141,7 +174,7 @@ def test_rollout_records_ok_without_reward_as_verifier_error():
     import asyncio
 
     from rewardprof.environments import Verdict, VerifyContext
-    from rewardprof.rollout.runner import _verify
+    from rewardprof.stages.rollout.runner import _verify
 
     class NoReward:
         name = "no_reward"

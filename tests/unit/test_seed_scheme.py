@@ -10,13 +10,18 @@ import random
 
 import pyarrow.parquet as pq
 import pytest
+from harness import shardkit as kit
 
-from rewardprof.config import ConfigError, validate_config
-from rewardprof.rollout import run_shard
-from rewardprof.rollout import runner as runner_mod
-from rewardprof.rollout.journal import scan_journal
-from rewardprof.rollout.runner import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
-from rewardprof.testing import shardkit as kit
+from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.stages.rollout import runner as runner_mod
+from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.stages.rollout.runner import (
+    SEED_SCHEME,
+    gen_key,
+    legacy_gen_key,
+    run_shard,
+    task_seed,
+)
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -46,8 +51,11 @@ def test_seed_depends_on_base_seed_and_task():
 def test_num_repeats_is_bounded_by_the_rollout_bits():
     entry = {"label": "m", "environment": "math", "source": "m.jsonl"}
     assert validate_config({"entries": [dict(entry, num_repeats=4096)]})
-    with pytest.raises(ConfigError, match=r"entries\[0\]\.num_repeats: at most 4096 rollouts "
-                                          r"per task .*low 12 bits"):
+    with pytest.raises(
+        ConfigError,
+        match=r"entries\[0\]\.num_repeats: at most 4096 rollouts "
+        r"per task .*low 12 bits",
+    ):
         validate_config({"entries": [dict(entry, num_repeats=4097)]})
 
 
@@ -72,14 +80,17 @@ def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypat
         old = pq.read_table(tmp_path / "old.parquet").to_pandas()
         assert (old["seed"] < 2**31).all()
         before = len(server.requests)
-        with caplog.at_level(logging.INFO, logger="rewardprof.rollout"):
-            summary = run_shard(cfg, kit.endpoint(cfg), tasks, journal,
-                                tmp_path / "new.parquet", "s0of1")
+        with caplog.at_level(logging.INFO, logger="rewardprof.stages.rollout"):
+            summary = run_shard(
+                cfg, kit.endpoint(cfg), tasks, journal, tmp_path / "new.parquet", "s0of1"
+            )
         assert len(server.requests) > before  # generated again
     assert summary["generated"] == 12 and summary["stale"] == 12
     assert summary["stale_seed_scheme_1"] == 12
-    assert any("12 of the stale records were made under seed scheme 1" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "12 of the stale records were made under seed scheme 1" in r.getMessage()
+        for r in caplog.records
+    )
     new = pq.read_table(tmp_path / "new.parquet").to_pandas()
     assert set(new["gen_key"]) == {gen_key(cfg, kit.MODEL)}
     assert kit.check_records(new, kit.load_tasks(tasks), cfg) == []  # scheme-2 seeds
@@ -93,7 +104,7 @@ def test_check_reports_shard_outputs_of_two_gen_keys(tmp_path):
     """`rewardprof check`: a shard output of the old scheme next to new ones is a problem."""
     import pyarrow as pa
 
-    from rewardprof.check import _check_gen_keys, _gen_keys
+    from rewardprof.tools.check import _check_gen_keys, _gen_keys
 
     paths = []
     for i, keys in enumerate([["new", "new"], ["old"], ["new"]]):
@@ -101,9 +112,11 @@ def test_check_reports_shard_outputs_of_two_gen_keys(tmp_path):
         pq.write_table(pa.table({"gen_key": keys}), paths[-1])
     problems: list[str] = []
     _check_gen_keys({str(p): _gen_keys(p) for p in paths}, problems)
-    assert problems == ["rollouts carry 2 different gen_keys (model, sampling or seed scheme): "
-                        "new in 0-of-3.parquet, 2-of-3.parquet; old in 1-of-3.parquet; rerun "
-                        "the shards of the old setup"]
+    assert problems == [
+        "rollouts carry 2 different gen_keys (model, sampling or seed scheme): "
+        "new in 0-of-3.parquet, 2-of-3.parquet; old in 1-of-3.parquet; rerun "
+        "the shards of the old setup"
+    ]
     problems = []
     _check_gen_keys({str(p): _gen_keys(p) for p in paths[::2]}, problems)
     assert problems == []

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rewardprof.stats import (
+from rewardprof.core.stats import (
     beta_interval,
     grpo_signal,
     grpo_signal_array,
@@ -19,17 +19,20 @@ from rewardprof.stats import (
 )
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (4, 1, 1, 0.25),             # pass@1 = c/n
-    (4, 1, 2, 0.5),              # 1 - C(3,2)/C(4,2) = 1 - 3/6
-    (5, 2, 2, 0.7),              # 1 - C(3,2)/C(5,2) = 1 - 3/10
-    (8, 2, 3, 1 - 20 / 56),      # 1 - C(6,3)/C(8,3)
-    (8, 0, 3, 0.0),              # c = 0: never
-    (8, 8, 3, 1.0),              # c = n: always
-    (8, 6, 3, 1.0),              # n - c < k: every k-subset holds a pass
-    (10, 1, 10, 1.0),            # k = n with one pass
-    (16, 4, 4, 1 - 495 / 1820),  # 1 - C(12,4)/C(16,4)
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (4, 1, 1, 0.25),  # pass@1 = c/n
+        (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+        (8, 2, 3, 1 - 20 / 56),  # 1 - C(6,3)/C(8,3)
+        (8, 0, 3, 0.0),  # c = 0: never
+        (8, 8, 3, 1.0),  # c = n: always
+        (8, 6, 3, 1.0),  # n - c < k: every k-subset holds a pass
+        (10, 1, 10, 1.0),  # k = n with one pass
+        (16, 4, 4, 1 - 495 / 1820),  # 1 - C(12,4)/C(16,4)
+    ],
+)
 def test_pass_at_k(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -70,8 +73,8 @@ def test_wilson_narrower_at_lower_level():
 
 def test_clopper_pearson_bounds_by_hand():
     # c = 0: upper solves (1-p)^n = 0.025 -> 1 - 0.025^(1/n); c = n: lower = 0.025^(1/n)
-    assert beta_interval(0, 10) == pytest.approx((0.0, 1 - 0.025 ** 0.1), abs=1e-9)
-    assert beta_interval(10, 10) == pytest.approx((0.025 ** 0.1, 1.0), abs=1e-9)
+    assert beta_interval(0, 10) == pytest.approx((0.0, 1 - 0.025**0.1), abs=1e-9)
+    assert beta_interval(10, 10) == pytest.approx((0.025**0.1, 1.0), abs=1e-9)
     # c = 1, n = 1: lower = 0.025, upper = 1
     assert beta_interval(1, 1) == pytest.approx((0.025, 1.0), abs=1e-9)
     # c = 5, n = 10: the textbook exact interval (0.1871, 0.8129), symmetric about 0.5
@@ -96,7 +99,7 @@ def test_interval_arrays_match_scalars():
 def test_grpo_signal_binary():
     assert grpo_signal(0.0, 8) == 0.0
     assert grpo_signal(1.0, 8) == 0.0
-    assert grpo_signal(0.5, 8) == pytest.approx(1 - 2 / 256)   # 1 - 0.5^8 - 0.5^8
+    assert grpo_signal(0.5, 8) == pytest.approx(1 - 2 / 256)  # 1 - 0.5^8 - 0.5^8
     assert grpo_signal(0.5, 2) == pytest.approx(0.5)
     assert grpo_signal(0.25, 2) == pytest.approx(1 - 1 / 16 - 9 / 16)
     assert grpo_signal(None, 8) is None

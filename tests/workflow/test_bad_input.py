@@ -23,8 +23,9 @@ def _line(row) -> bytes:
 
 
 def _entries(**over) -> list[dict]:
-    return [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2,
-             **over}]
+    return [
+        {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2, **over}
+    ]
 
 
 def _closed_port() -> int:
@@ -37,67 +38,114 @@ def _closed_port() -> int:
 # Config changes: a dict merged into endpoint_config's kwargs; "entries" replaces the entries.
 CASES = {
     "misspelled_entry_key": (
-        {"entries": [{"label": "m", "environment": "math", "source": "data/m.jsonl",
-                      "num_repeat": 2}]},
-        None, "entries[0].num_repeat: unknown key; did you mean num_repeats?"),
+        {
+            "entries": [
+                {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeat": 2}
+            ]
+        },
+        None,
+        "entries[0].num_repeat: unknown key; did you mean num_repeats?",
+    ),
     "misspelled_nested_key": (
-        {"rollout": {"concurency": 2}}, None,
-        "rollout.concurency: unknown key; did you mean concurrency?"),
+        {"rollout": {"concurency": 2}},
+        None,
+        "rollout.concurency: unknown key; did you mean concurrency?",
+    ),
     "unknown_top_level_key": (
-        {"colour": "red"}, None,
+        {"colour": "red"},
+        None,
         "colour: unknown key; valid keys: run, num_shards, entries, sampling, engine, rollout, "
-        "profile"),
+        "profile",
+    ),
     "wrong_type_int": (
-        {"num_shards": "two"}, None,
+        {"num_shards": "two"},
+        None,
         "num_shards: Input should be a valid integer, unable to parse string as an integer "
-        "(got 'two')"),
+        "(got 'two')",
+    ),
     "wrong_type_float": (
-        {"sampling": {"temperature": "hot"}}, None,
+        {"sampling": {"temperature": "hot"}},
+        None,
         "sampling.temperature: Input should be a valid number, unable to parse string as a "
-        "number (got 'hot')"),
+        "number (got 'hot')",
+    ),
     "missing_source": (
-        {"entries": _entries(source="data/nope.jsonl")}, None,
-        "entries[0].source: data/nope.jsonl: file not found"),
+        {"entries": _entries(source="data/nope.jsonl")},
+        None,
+        "entries[0].source: data/nope.jsonl: file not found",
+    ),
     "empty_source": (
-        {}, b"", "entries[0].source: data/m.jsonl: file is empty; entry 'm' would have no tasks"),
+        {},
+        b"",
+        "entries[0].source: data/m.jsonl: file is empty; entry 'm' would have no tasks",
+    ),
     "blank_lines_source": (
-        {}, b"\n\n", "data/m.jsonl: entry 'm' has no rows (empty source); remove the entry or "
-                     "fix the source"),
+        {},
+        b"\n\n",
+        "data/m.jsonl: entry 'm' has no rows (empty source); remove the entry or fix the source",
+    ),
     "truncated_json_line": (
-        {}, _line(GOOD) + b'{"question": "What is 2', "data/m.jsonl:2: malformed JSON ("),
+        {},
+        _line(GOOD) + b'{"question": "What is 2',
+        "data/m.jsonl:2: malformed JSON (",
+    ),
     "non_utf8_line": (
-        {}, _line(GOOD) + b'{"question": "caf\xe9", "expected_answer": "1"}\n',
-        "data/m.jsonl:2: not valid UTF-8 (invalid continuation byte)"),
+        {},
+        _line(GOOD) + b'{"question": "caf\xe9", "expected_answer": "1"}\n',
+        "data/m.jsonl:2: not valid UTF-8 (invalid continuation byte)",
+    ),
     "line_not_an_object": (
-        {}, b'["What is 1 + 3?", "4"]\n', "data/m.jsonl:1: expected a JSON object, got list"),
+        {},
+        b'["What is 1 + 3?", "4"]\n',
+        "data/m.jsonl:1: expected a JSON object, got list",
+    ),
     "row_missing_answer": (
-        {}, _line(GOOD) + _line({"question": "What is 2 + 2?"}),
-        "data/m.jsonl:2: missing field(s) needed by environment 'math': ['expected_answer']"),
+        {},
+        _line(GOOD) + _line({"question": "What is 2 + 2?"}),
+        "data/m.jsonl:2: missing field(s) needed by environment 'math': ['expected_answer']",
+    ),
     "row_missing_prompt": (
-        {}, _line({"expected_answer": "4"}), "data/m.jsonl:1: no prompt: expected "),
+        {},
+        _line({"expected_answer": "4"}),
+        "data/m.jsonl:1: no prompt: expected ",
+    ),
     "unknown_environment": (
-        {"entries": _entries(environment="maths")}, None,
-        "entries[0].environment: unknown environment 'maths'; did you mean math?"),
+        {"entries": _entries(environment="maths")},
+        None,
+        "entries[0].environment: unknown environment 'maths'; did you mean math?",
+    ),
     "duplicate_labels": (
-        {"entries": _entries() + _entries()}, None, "entries[1].label: duplicate label 'm'"),
+        {"entries": _entries() + _entries()},
+        None,
+        "entries[1].label: duplicate label 'm'",
+    ),
     "num_repeats_zero": (
-        {"entries": _entries(num_repeats=0)}, None,
-        "entries[0].num_repeats: Input should be greater than 0 (got 0)"),
+        {"entries": _entries(num_repeats=0)},
+        None,
+        "entries[0].num_repeats: Input should be greater than 0 (got 0)",
+    ),
     "num_repeats_negative": (
-        {"entries": _entries(num_repeats=-3)}, None,
-        "entries[0].num_repeats: Input should be greater than 0 (got -3)"),
+        {"entries": _entries(num_repeats=-3)},
+        None,
+        "entries[0].num_repeats: Input should be greater than 0 (got -3)",
+    ),
     "endpoint_down": (
-        {"engine": {"base_url": "http://127.0.0.1:{port}/v1"}}, None,
+        {"engine": {"base_url": "http://127.0.0.1:{port}/v1"}},
+        None,
         "rewardprof: engine.base_url: http://127.0.0.1:{port}/v1/models is not reachable "
-        "([Errno 111] Connection refused); start the server or fix engine.base_url"),
+        "([Errno 111] Connection refused); start the server or fix engine.base_url",
+    ),
     "api_key_variable_unset": (
-        {"engine": {"api_key_env": "REWARDPROF_TEST_UNSET_KEY"}}, None,
-        "rewardprof: engine.api_key_env: environment variable REWARDPROF_TEST_UNSET_KEY is not "
-        "set"),
+        {"engine": {"api_key_env": "REWARDPROF_TEST_UNSET_KEY"}},
+        None,
+        "rewardprof: engine.api_key_env: environment variable REWARDPROF_TEST_UNSET_KEY is not set",
+    ),
     "endpoint_serves_another_model": (
-        {"engine": {"model": "other-model"}}, None,
+        {"engine": {"model": "other-model"}},
+        None,
         "rewardprof: engine.base_url: {url}/models does not serve model 'other-model' (it "
-        "serves: fake-model); set engine.served_model_name or engine.model"),
+        "serves: fake-model); set engine.served_model_name or engine.model",
+    ),
 }
 
 
@@ -106,8 +154,11 @@ def _outputs_left(workdir: Path) -> list[str]:
     results = workdir / "results"
     if not results.exists():
         return []
-    return sorted(str(p.relative_to(results)) for p in results.rglob("*")
-                  if p.is_file() and "logs" not in p.relative_to(results).parts)
+    return sorted(
+        str(p.relative_to(results))
+        for p in results.rglob("*")
+        if p.is_file() and "logs" not in p.relative_to(results).parts
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -116,14 +167,22 @@ def test_bad_input_fails_with_one_clear_line(tmp_path, case):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "m.jsonl").write_bytes(_line(GOOD) if data is None else data)
     with FakeOpenAI() as server:
-        changes = json.loads(json.dumps(changes).replace("{port}", str(_closed_port()))
-                             if case == "endpoint_down" else json.dumps(changes))
+        changes = json.loads(
+            json.dumps(changes).replace("{port}", str(_closed_port()))
+            if case == "endpoint_down"
+            else json.dumps(changes)
+        )
         entries = changes.pop("entries", _entries())
         cfg = endpoint_config(server.base_url, entries, **{"num_shards": 1, **changes})
-        expected = expected.replace("{port}", cfg["engine"]["base_url"].split(":")[-1]
-                                    .split("/")[0]).replace("{url}", server.base_url)
-        r = snakemake(tmp_path, "--configfile", str(write_config(tmp_path, cfg)),
-                      env={"REWARDPROF_TEST_UNSET_KEY": ""})
+        expected = expected.replace(
+            "{port}", cfg["engine"]["base_url"].split(":")[-1].split("/")[0]
+        ).replace("{url}", server.base_url)
+        r = snakemake(
+            tmp_path,
+            "--configfile",
+            str(write_config(tmp_path, cfg)),
+            env={"REWARDPROF_TEST_UNSET_KEY": ""},
+        )
         assert server.stats["requests"] == 0  # failed before any rollout was asked for
     output = r.stdout + r.stderr
     assert r.returncode != 0

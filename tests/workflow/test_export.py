@@ -19,17 +19,25 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
-from rewardprof.check import check_run
 from rewardprof.testing.fake_server import FakeOpenAI
+from rewardprof.tools.check import check_run
 
 pytestmark = pytest.mark.workflow
 
 # prompt -> behaviour. "half": right on even seeds; n=4 samples use seeds s..s+3, so exactly 2
 # of 4 pass (p = 0.5). "long": a correct answer after 40 words, cut by max_tokens (truncated).
-A = {"2 + 3": ("5", "right"), "7 * 6": ("42", "wrong"), "9 - 4": ("5", "half"),
-     "4 + 4": ("8", "error")}
-B = {"5 + 5": ("10", "half"), "6 + 6": ("12", "half"), "1 + 1": ("2", "right"),
-     "3 * 3": ("9", "long")}
+A = {
+    "2 + 3": ("5", "right"),
+    "7 * 6": ("42", "wrong"),
+    "9 - 4": ("5", "half"),
+    "4 + 4": ("8", "error"),
+}
+B = {
+    "5 + 5": ("10", "half"),
+    "6 + 6": ("12", "half"),
+    "1 + 1": ("2", "right"),
+    "3 * 3": ("9", "long"),
+}
 
 
 def _answer(prompt: str, seed: int | None) -> str:
@@ -53,15 +61,19 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     write_jsonl(root / "data/a.jsonl", [math_row(f"What is {q}?", a) for q, (a, _) in A.items()])
     write_jsonl(root / "data/b.jsonl", [math_row(f"What is {q}?", a) for q, (a, _) in B.items()])
-    entries = [{"label": "a", "environment": "math", "source": "data/a.jsonl", "num_repeats": 4},
-               {"label": "b", "environment": "math", "source": "data/b.jsonl", "num_repeats": 4}]
+    entries = [
+        {"label": "a", "environment": "math", "source": "data/a.jsonl", "num_repeats": 4},
+        {"label": "b", "environment": "math", "source": "data/b.jsonl", "num_repeats": 4},
+    ]
     with FakeOpenAI(_answer, fault_fn=_fault) as server:
         cfg = endpoint_config(
-            server.base_url, entries,
+            server.base_url,
+            entries,
             sampling={"max_tokens": 20},
             rollout={"max_attempts": 1, "max_failed_fraction": 1.0},
             profile={"pass_at_k": [1, 2], "group_size": 8},
-            export={"min_grpo_signal": 0.5, "target_share": {"a": 0.5, "b": 0.5}})
+            export={"min_grpo_signal": 0.5, "target_share": {"a": 0.5, "b": 0.5}},
+        )
         path = write_config(root, cfg)
         r = snakemake(root, "--configfile", str(path))
         assert r.returncode == 0, r.stderr[-4000:]
@@ -84,9 +96,15 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     report = json.loads((ex / "report.json").read_text())
     a, b = report["labels"]
     assert (a["tasks"], a["kept"], a["dropped"]) == (4, 1, 3)
-    assert a["dropped_by"] == {"no_rollouts": 1, "all_fail": 1, "all_pass": 1,
-                               "below_min_pass_rate": 0, "above_max_pass_rate": 0,
-                               "low_grpo_signal": 0, "zero_target_share": 0}
+    assert a["dropped_by"] == {
+        "no_rollouts": 1,
+        "all_fail": 1,
+        "all_pass": 1,
+        "below_min_pass_rate": 0,
+        "above_max_pass_rate": 0,
+        "low_grpo_signal": 0,
+        "zero_target_share": 0,
+    }
     assert (b["tasks"], b["kept"], b["dropped"]) == (4, 2, 2)
     assert b["dropped_by"]["all_pass"] == 1 and b["dropped_by"]["all_fail"] == 1
     # target 50/50 over 3 kept tasks: a's one task weighs 1.5, b's two 0.75 each
@@ -105,7 +123,7 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     rp = row["reward_profile"]
     assert rp["label"] == "a" and rp["pass_rate"] == 0.5 and rp["num_rollouts"] == 4
     assert rp["weight"] == pytest.approx(1.5)
-    assert rp["grpo_signal"] == pytest.approx(1 - 2 * 0.5 ** 8)
+    assert rp["grpo_signal"] == pytest.approx(1 - 2 * 0.5**8)
     assert rp["pass@2"] == pytest.approx(1 - 1 / 6)
 
 
@@ -119,10 +137,17 @@ def test_target_share_zero_leaves_the_label_out(run, tmp_path):
     cfg["export"]["target_share"] = {"a": 0, "b": 1}
     (tmp_path / "zero.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "export"
-    r = _rewardprof("export", "--config", str(tmp_path / "zero.yaml"),
-                    "--profile", str(root / "results/t/profile/tasks.parquet"),
-                    "--report", str(root / "results/t/materialize/report.json"),
-                    "--out", str(out))
+    r = _rewardprof(
+        "export",
+        "--config",
+        str(tmp_path / "zero.yaml"),
+        "--profile",
+        str(root / "results/t/profile/tasks.parquet"),
+        "--report",
+        str(root / "results/t/materialize/report.json"),
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     combined = [json.loads(x) for x in (out / "combined.jsonl").read_text().splitlines()]
     assert {row["reward_profile"]["label"] for row in combined} == {"b"}
@@ -137,8 +162,10 @@ def test_target_share_zero_leaves_the_label_out(run, tmp_path):
     assert a["dropped_by"]["zero_target_share"] == 1 and a["dropped_by"]["all_fail"] == 1
     assert (b["kept"], b["weight"], b["kept_share"]) == (2, 1.0, 1.0)
     assert (report["kept"], report["dropped"]) == (2, 6) and report["notes"] == []
-    assert "a: kept 0 of 4 (dropped: no_rollouts 1, all_fail 1, all_pass 1, " \
-           "zero_target_share 1)" in r.stdout
+    assert (
+        "a: kept 0 of 4 (dropped: no_rollouts 1, all_fail 1, all_pass 1, "
+        "zero_target_share 1)" in r.stdout
+    )
 
 
 def test_profile_counts_failures_and_truncation(run):
@@ -161,8 +188,13 @@ def test_profile_counts_failures_and_truncation(run):
 def test_report_html_contains_the_plots(run):
     root, _ = run
     html = (root / "report.html").read_text(errors="replace")
-    for name in ("pass_rate_hist.png", "tokens_vs_pass_rate.png", "failures.png",
-                 "labels.csv", "export.csv"):
+    for name in (
+        "pass_rate_hist.png",
+        "tokens_vs_pass_rate.png",
+        "failures.png",
+        "labels.csv",
+        "export.csv",
+    ):
         assert name in html, name
     # the figures are embedded as PNG data, not links to files next to the HTML
     assert html.count("iVBORw0KGgo") >= 3
@@ -171,6 +203,7 @@ def test_report_html_contains_the_plots(run):
 
 
 # --- rewardprof check ----------------------------------------------------------------------
+
 
 def _rewardprof(*args: str) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).parent / "rewardprof"
@@ -227,6 +260,7 @@ def _wrong_task_id(d):
         df = df.copy()
         df.loc[df.index[0], "task_id"] = "0" * 32
         return df
+
     for path in (d / "rollouts/0-of-2.parquet", _merged_part(d, 0)):
         _edit(path, bad)
 
@@ -236,8 +270,12 @@ def _merge_not_union(d):
 
 
 def _label_without_rollouts(d):  # label b is tasks [4, 8)
-    for path in (d / "rollouts/0-of-2.parquet", d / "rollouts/1-of-2.parquet",
-                 _merged_part(d, 0), _merged_part(d, 1)):
+    for path in (
+        d / "rollouts/0-of-2.parquet",
+        d / "rollouts/1-of-2.parquet",
+        _merged_part(d, 0),
+        _merged_part(d, 1),
+    ):
         _edit(path, lambda df: df[df.task_index < 4])
 
 
@@ -249,8 +287,10 @@ def _label_incomplete(d):
 CORRUPTIONS = {
     "task_missing_from_shards": (_drop_task_from_shard, r"1 tasks are in no shard"),
     "task_in_two_shards": (_task_in_two_shards, r"1-of-2.parquet: 1 tasks belong to another"),
-    "rollout_in_wrong_shard": (_rollout_in_wrong_shard,
-                               r"rollouts/1-of-2.parquet: 1 rollouts belong to another shard"),
+    "rollout_in_wrong_shard": (
+        _rollout_in_wrong_shard,
+        r"rollouts/1-of-2.parquet: 1 rollouts belong to another shard",
+    ),
     "duplicate_rollout": (_duplicate_rollout, r"1 duplicate \(task_index, rollout_index\)"),
     "task_id_mismatch": (_wrong_task_id, r"1 rollouts carry a task_id that does not match"),
     "merge_not_union": (_merge_not_union, r"rollouts.parquet: not the union of the shard"),
@@ -284,6 +324,7 @@ def test_check_cli_exits_non_zero_with_the_list(run, tmp_path):
 
 # --- rewardprof estimate -------------------------------------------------------------------
 
+
 def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
     import yaml
 
@@ -293,9 +334,20 @@ def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
     for e in full["entries"]:
         e["num_repeats"] = 8
     (tmp_path / "full.yaml").write_text(yaml.safe_dump(full))
-    r = _rewardprof("estimate", str(root / "results/t"), "--target-config",
-                    str(tmp_path / "full.yaml"), "--gpus", "2", "--tasks", "a=1000",
-                    "--base-dir", str(root), "--out", str(tmp_path / "est"))
+    r = _rewardprof(
+        "estimate",
+        str(root / "results/t"),
+        "--target-config",
+        str(tmp_path / "full.yaml"),
+        "--gpus",
+        "2",
+        "--tasks",
+        "a=1000",
+        "--base-dir",
+        str(root),
+        "--out",
+        str(tmp_path / "est"),
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "est/estimate.json").read_text())
     a, b = res["labels"]
@@ -305,9 +357,8 @@ def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
     assert a["rollouts_per_gpu_hour"] > 0
     assert a["gpu_hours"] == pytest.approx(8000 / a["rollouts_per_gpu_hour"], rel=1e-3)
     # label a: one of four tasks at p = .5, the rest at 0 or 1 or unscored
-    assert a["useful_fraction"] == pytest.approx((1 - 2 * 0.5 ** 8) / 4, abs=1e-3)
+    assert a["useful_fraction"] == pytest.approx((1 - 2 * 0.5**8) / 4, abs=1e-3)
     assert res["pilot"]["rollouts"] == 32 and res["pilot"]["jobs"] == 2
-    assert res["total"]["gpu_hours"] == pytest.approx(a["gpu_hours"] + b["gpu_hours"],
-                                                      rel=1e-3)
+    assert res["total"]["gpu_hours"] == pytest.approx(a["gpu_hours"] + b["gpu_hours"], rel=1e-3)
     assert "| label | basis | tasks |" in r.stdout
     assert (tmp_path / "est/estimate.md").read_text().strip() == r.stdout.strip()

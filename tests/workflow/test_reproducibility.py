@@ -40,10 +40,20 @@ ENVS = ["math", "mcq", "reasoning_gym", "code", "instruction_following", "llm_ju
 K = 4
 K_IF = 8  # more rollouts of the langdetect-sensitive rows: each must agree with the others
 LANGDETECT_ROWS = [
-    ({"prompt": "Greet the world in lowercase letters only.",
-      "instruction_id_list": ["change_case:english_lowercase"]}, ["hello, world"]),
-    ({"prompt": "Wish the reader well in capital letters only.",
-      "instruction_id_list": ["change_case:english_capital"]}, ["HAVE A NICE DAY"]),
+    (
+        {
+            "prompt": "Greet the world in lowercase letters only.",
+            "instruction_id_list": ["change_case:english_lowercase"],
+        },
+        ["hello, world"],
+    ),
+    (
+        {
+            "prompt": "Wish the reader well in capital letters only.",
+            "instruction_id_list": ["change_case:english_capital"],
+        },
+        ["HAVE A NICE DAY"],
+    ),
 ]
 TIMING = re.compile(r"(^|_)(latency|started|finished|verify_s|duration|elapsed|seconds)|_s$")
 TARGET = "results/t/profile/tasks.parquet"
@@ -59,8 +69,12 @@ class Blend:
     """Source rows per environment, the engine's answers by prompt, the judge's replies."""
 
     def __init__(self, judge_url: str):
-        self.judge_options = {"base_url": judge_url, "model": "judge",
-                              "backoff_initial_s": 0.01, "backoff_max_s": 0.05}
+        self.judge_options = {
+            "base_url": judge_url,
+            "model": "judge",
+            "backoff_initial_s": 0.01,
+            "backoff_max_s": 0.05,
+        }
         self.rows: dict[str, list[dict]] = {}
         self.answers: dict[str, list[str]] = {}
         self.judge_replies: dict[str, str] = {}
@@ -97,18 +111,26 @@ class Blend:
         entries = []
         for env in ENVS:
             write_jsonl(workdir / "data" / f"{env}.jsonl", self.rows[env])
-            entry = {"label": env, "environment": env, "source": f"data/{env}.jsonl",
-                     "num_repeats": K_IF if env == "instruction_following" else K}
+            entry = {
+                "label": env,
+                "environment": env,
+                "source": f"data/{env}.jsonl",
+                "num_repeats": K_IF if env == "instruction_following" else K,
+            }
             if env == "llm_judge":
                 entry["options"] = self.judge_options
             entries.append(entry)
         # token ids as a vLLM endpoint returns them: exact per-sample counts (without them a
         # request's usage total is split over its n samples by text length, so a rollout
         # re-requested alone after a reshard would get another count)
-        cfg = endpoint_config(engine_url, entries, num_shards=num_shards,
-                              sampling={"max_tokens": 400},
-                              engine={"extra_body": {"return_token_ids": True}},
-                              rollout={"max_failed_fraction": 1.0})
+        cfg = endpoint_config(
+            engine_url,
+            entries,
+            num_shards=num_shards,
+            sampling={"max_tokens": 400},
+            engine={"extra_body": {"return_token_ids": True}},
+            rollout={"max_failed_fraction": 1.0},
+        )
         return write_config(workdir, cfg)
 
 
@@ -168,19 +190,26 @@ def _assert_same_profile(left: Path | object, right: Path, what: str) -> None:
     differ = [c for c in compared if _column_bytes(a, c) != _column_bytes(b, c)]
     if differ:
         da, db = a.to_pandas(), b.to_pandas()
-        detail = {c: [(i, x, y) for i, (x, y) in enumerate(zip(da[c], db[c], strict=True))
-                      if not (x == y or (pd.isna(x) and pd.isna(y)))][:5] for c in differ}
+        detail = {
+            c: [
+                (i, x, y)
+                for i, (x, y) in enumerate(zip(da[c], db[c], strict=True))
+                if not (x == y or (pd.isna(x) and pd.isna(y)))
+            ][:5]
+            for c in differ
+        }
         raise AssertionError(f"{what}: profile columns differ: {detail}")
 
 
 def _assert_same_rollouts(a: pd.DataFrame, b: pd.DataFrame, what: str) -> None:
     assert a.index.equals(b.index), what
-    for col in ("status", "reward", "seed", "completion_tokens", "prompt_tokens",
-                "finish_reason"):
+    for col in ("status", "reward", "seed", "completion_tokens", "prompt_tokens", "finish_reason"):
         x, y = a[col], b[col]
         same = (x == y) | (x.isna() & y.isna())
-        assert same.all(), f"{what}: {col} differs at {list(a.index[~same])[:10]}: " \
-                           f"{list(zip(x[~same], y[~same], strict=True))[:10]}"
+        assert same.all(), (
+            f"{what}: {col} differs at {list(a.index[~same])[:10]}: "
+            f"{list(zip(x[~same], y[~same], strict=True))[:10]}"
+        )
 
 
 def test_the_blend_covers_six_environments_and_langdetect(runs):
@@ -217,8 +246,11 @@ def test_reshard_rerequests_failed_rollouts_only(runs):
     layout requests nothing."""
     assert runs["rerun_requests"] == []
     before = runs["a_before"]
-    asked = sorted(int(body["seed"]) + j for body in runs["reshard_requests"]
-                   for j in range(int(body.get("n", 1))))
+    asked = sorted(
+        int(body["seed"]) + j
+        for body in runs["reshard_requests"]
+        for j in range(int(body.get("n", 1)))
+    )
     failed = sorted(before.loc[before["status"] != "ok", "seed"].astype(int))
     assert failed, "the blend has no failed rollouts"
     assert asked == failed

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from harness import shardkit as kit
 from helpers import REPO, endpoint_config, snakemake, write_config
 
-from rewardprof.config import validate_config
-from rewardprof.rollout.journal import scan_journal
-from rewardprof.testing import shardkit as kit
+from rewardprof.core.config import validate_config
+from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -26,8 +26,9 @@ K = 2
 
 
 def _cfg(server: FakeOpenAI, workdir: Path, entries: list[dict] | None = None, **over) -> Path:
-    entries = entries or [{"label": "m", "environment": "math", "source": "data/m.jsonl",
-                           "num_repeats": K}]
+    entries = entries or [
+        {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}
+    ]
     return write_config(workdir, endpoint_config(server.base_url, entries, **over))
 
 
@@ -109,8 +110,10 @@ def test_change_limit_reuses_and_orphans(tmp_path):
     report = _merge_report(tmp_path)
     assert report["orphaned_journal_records"] == 3 * K
     assert report["orphaned_task_ids"] == 3
-    assert (f"rewardprof: {3 * K} journaled rollouts of 3 tasks that are no longer in the "
-            f"tasks table are orphaned: kept in results/t/rollouts/journal, not used") in r.stderr
+    assert (
+        f"rewardprof: {3 * K} journaled rollouts of 3 tasks that are no longer in the "
+        f"tasks table are orphaned: kept in results/t/rollouts/journal, not used"
+    ) in r.stderr
     # kept, not deleted
     scan = scan_journal(tmp_path / "results/t/rollouts/journal")
     assert scan.keys.num_rows == 6 * K
@@ -136,11 +139,11 @@ def test_insert_entry_before_another_rekeys_by_task_id(tmp_path):
     old = before.set_index(["task_index", "rollout_index"])
     for rec in moved.itertuples():
         was = old.loc[(rec.old, rec.rollout_index)]
-        assert (was.task_id, was.seed, was.completion) == (rec.task_id, rec.seed,
-                                                           rec.completion)
+        assert (was.task_id, was.seed, was.completion) == (rec.task_id, rec.seed, rec.completion)
     assert _merge_report(tmp_path)["rekeyed_journal_records"] == 3 * K
-    assert (f"rewardprof: {3 * K} journaled rollouts belong to tasks that moved to a new "
-            f"task_index") in r.stderr
+    assert (
+        f"rewardprof: {3 * K} journaled rollouts belong to tasks that moved to a new task_index"
+    ) in r.stderr
 
 
 def test_changed_source_row_is_orphaned_not_misattributed(tmp_path):
@@ -166,10 +169,25 @@ def test_changed_source_row_is_orphaned_not_misattributed(tmp_path):
 # --- concurrent controllers -------------------------------------------------------------------
 def _popen_snakemake(workdir: Path, config: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-         "--cores", "2", "--configfile", str(config)],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(workdir),
+            "--cores",
+            "2",
+            "--configfile",
+            str(config),
+        ],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
 
 
 def _wait_for(predicate, timeout: float = 180) -> None:
@@ -182,8 +200,13 @@ def _wait_for(predicate, timeout: float = 180) -> None:
 def test_second_snakemake_on_same_dir_is_refused(tmp_path):
     kit.write_source(tmp_path / "data/m.jsonl", 4)
     with FakeOpenAI(kit.answer) as server:
-        config = _cfg(server, tmp_path, num_shards=1, engine={"max_n": 1},
-                      rollout={"concurrency": 1, "request_timeout_s": 600})
+        config = _cfg(
+            server,
+            tmp_path,
+            num_shards=1,
+            engine={"max_n": 1},
+            rollout={"concurrency": 1, "request_timeout_s": 600},
+        )
         server.faults.append("hold")  # the first run's first request waits for release()
         first = _popen_snakemake(tmp_path, config)
         _wait_for(lambda: server.stats["fault:hold"] == 1)  # the first is mid-rollout
@@ -198,17 +221,37 @@ def test_second_snakemake_on_same_dir_is_refused(tmp_path):
 
 def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
     with FakeOpenAI(kit.answer) as server:
-        cfg = kit.make_config(server.base_url, K, engine={"max_n": 1},
-                              rollout={"concurrency": 1, "request_timeout_s": 300})
+        cfg = kit.make_config(
+            server.base_url,
+            K,
+            engine={"max_n": 1},
+            rollout={"concurrency": 1, "request_timeout_s": 300},
+        )
         tasks = kit.make_tasks(tmp_path, cfg, 3)
         journal = tmp_path / "journal"
 
         def rollout(out: str) -> subprocess.Popen:
             return subprocess.Popen(
-                [str(Path(sys.executable).parent / "rewardprof"), "rollout", "--config-json",
-                 json.dumps(cfg.model_dump(mode="json")), "--tasks", str(tasks), "--journal",
-                 str(journal), "--out", str(tmp_path / out), "--shard", "0", "--num-shards",
-                 "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                [
+                    str(Path(sys.executable).parent / "rewardprof"),
+                    "rollout",
+                    "--config-json",
+                    json.dumps(cfg.model_dump(mode="json")),
+                    "--tasks",
+                    str(tasks),
+                    "--journal",
+                    str(journal),
+                    "--out",
+                    str(tmp_path / out),
+                    "--shard",
+                    "0",
+                    "--num-shards",
+                    "1",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
 
         # the first one's first request waits for release() (its timeout is far longer)
         server.faults.append("hold")
@@ -219,8 +262,10 @@ def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
         server.release()
         out1, _ = first.communicate(timeout=120)
     assert second.returncode == 2, out2
-    assert (f"rewardprof rollout: error: {journal}/.lock-s0of1: another rollout process is "
-            f"running this shard; wait for it or stop it first") in out2
+    assert (
+        f"rewardprof rollout: error: {journal}/.lock-s0of1: another rollout process is "
+        f"running this shard; wait for it or stop it first"
+    ) in out2
     assert not (tmp_path / "b.parquet").exists()
     assert first.returncode == 0, out1
     assert server.stats["ok_choices"] == 3 * K  # the refused one asked for nothing

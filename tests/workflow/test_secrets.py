@@ -7,9 +7,9 @@ import secrets
 from pathlib import Path
 
 import pytest
+from harness import shardkit as kit
 from helpers import endpoint_config, snakemake, write_config
 
-from rewardprof.testing import shardkit as kit
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -42,21 +42,29 @@ def test_api_key_never_written(tmp_path):
         assert r.returncode == 0, outputs[-1][-3000:]
         # the server insisted on the key: every request carried it
         assert server.stats["auth_ok"] >= 2 and server.stats["auth_failed"] == 0
-        r = snakemake(tmp_path, "--report", "report.zip", "--configfile", str(config),
-                      env={VAR: key})
+        r = snakemake(
+            tmp_path, "--report", "report.zip", "--configfile", str(config), env={VAR: key}
+        )
         outputs.append(r.stdout + r.stderr)
         assert r.returncode == 0, outputs[-1][-3000:]
         assert (tmp_path / "report.zip").stat().st_size > 1000
         # a wrong key (which this server quotes back in its 401 body) fails before any job,
         # naming the variable, not the key
-        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config),
-                      env={VAR: wrong})
+        r = snakemake(
+            tmp_path, "--forcerun", "rollout", "--configfile", str(config), env={VAR: wrong}
+        )
         outputs.append(r.stdout + r.stderr)
         assert r.returncode != 0
         assert f"rejected the API key from ${VAR} (HTTP 401)" in outputs[-1]
         # and inside a rollout job (the controller's check skipped) it is the same line
-        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config),
-                      env={VAR: wrong, "REWARDPROF_NO_PREFLIGHT": "1"})
+        r = snakemake(
+            tmp_path,
+            "--forcerun",
+            "rollout",
+            "--configfile",
+            str(config),
+            env={VAR: wrong, "REWARDPROF_NO_PREFLIGHT": "1"},
+        )
         outputs.append(r.stdout + r.stderr)
         assert r.returncode != 0
         assert f"rejected the API key from ${VAR} (HTTP 401)" in outputs[-1]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
-from rewardprof.rollout.journal import scan_journal
+from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 pytestmark = pytest.mark.workflow
@@ -24,8 +24,10 @@ ANSWERS = {"2 + 3": "The sum is \\boxed{5}.", "7 * 6": "I think it is \\boxed{41
 
 
 def _two_rows(tmp_path: Path) -> list[dict]:
-    write_jsonl(tmp_path / "data" / "m.jsonl",
-                [math_row("What is 2 + 3?", "5"), math_row("What is 7 * 6?", "42")])
+    write_jsonl(
+        tmp_path / "data" / "m.jsonl",
+        [math_row("What is 2 + 3?", "5"), math_row("What is 7 * 6?", "42")],
+    )
     return [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 4}]
 
 
@@ -61,9 +63,17 @@ def test_dry_run_lists_every_shard_and_contacts_nothing(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         assert server.stats["requests"] == 0
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", r.stdout, flags=re.M))
-    assert counts == {"materialize": "1", "shard": "8", "rollout": "8", "merge": "1",
-                      "profile": "1", "export": "1", "report": "1", "all": "1",
-                      "total": "22"}
+    assert counts == {
+        "materialize": "1",
+        "shard": "8",
+        "rollout": "8",
+        "merge": "1",
+        "profile": "1",
+        "export": "1",
+        "report": "1",
+        "all": "1",
+        "total": "22",
+    }
     assert not (tmp_path / "results").exists()
 
 
@@ -100,14 +110,16 @@ def _seed_of_requests(server: FakeOpenAI, start: int) -> list[int]:
 def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
     rows = [math_row(f"What is {i} + {i}?", str(2 * i)) for i in range(10)]
     write_jsonl(tmp_path / "data" / "m.jsonl", rows)
-    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl",
-                "num_repeats": 4}]
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 4}]
     # one request per rollout (max_n 1); the server answers 12 of the 40 and holds the rest, so
     # the kill lands mid-shard by construction (the shard cannot finish before it), at a known
     # state: 12 journaled, both workers' requests held
-    cfg_dict = endpoint_config("", entries, num_shards=1,
-                               rollout={"concurrency": 2, "segment_interval_s": 0.5,
-                                        "request_timeout_s": 600})
+    cfg_dict = endpoint_config(
+        "",
+        entries,
+        num_shards=1,
+        rollout={"concurrency": 2, "segment_interval_s": 0.5, "request_timeout_s": 600},
+    )
     with FakeOpenAI(scripted({}, default="\\boxed{0}"), latency_s=0.05) as server:
         server.hold_after(12)
         cfg_dict["engine"].update(base_url=server.base_url, max_n=1)
@@ -116,16 +128,36 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
         import sys
 
         proc = subprocess.Popen(
-            [sys.executable, "-m", "snakemake", "-s", str(Path(__file__).parents[2] / "Snakefile"),
-             "-d", str(tmp_path), "--cores", "2", "--configfile", str(cfg)],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-s",
+                str(Path(__file__).parents[2] / "Snakefile"),
+                "-d",
+                str(tmp_path),
+                "--cores",
+                "2",
+                "--configfile",
+                str(cfg),
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        )
         journal = tmp_path / "results/t/rollouts/journal"
         deadline = time.time() + 300  # liveness only
         victim = None
         while time.time() < deadline:
-            victim = next((p for p in psutil.Process(proc.pid).children(recursive=True)
-                           if _is_rollout_process(p)), None)
+            victim = next(
+                (
+                    p
+                    for p in psutil.Process(proc.pid).children(recursive=True)
+                    if _is_rollout_process(p)
+                ),
+                None,
+            )
             if victim and server.gate_held == 2 and len(_journal_keys(journal)) == 12:
                 break
             time.sleep(0.05)
@@ -152,8 +184,9 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
     assert len(rollouts) == 40 and len(keys) == 40  # none missing, none duplicated
     assert rollouts["status"].eq("ok").all()
     # the rerun asked exactly for the pairs that were not journaled, each once
-    journaled_seeds = set(rollouts.set_index(["task_index", "rollout_index"])
-                          .loc[sorted(journaled), "seed"])
+    journaled_seeds = set(
+        rollouts.set_index(["task_index", "rollout_index"]).loc[sorted(journaled), "seed"]
+    )
     assert len(rerun_seeds) == len(set(rerun_seeds)) == 40 - len(journaled)
     assert not set(rerun_seeds) & journaled_seeds
     # total successful generations = T*K plus the requests in flight at the kill (the 2 held)
@@ -180,11 +213,22 @@ def test_rerun_one_shard_by_target_regenerates_nothing(tmp_path):
 
 
 def test_configfile_overlay_and_nested_config_override(tmp_path):
-    cfg_dict = endpoint_config("http://127.0.0.1:9/v1", _two_rows(tmp_path),
-                               sampling={"temperature": 0.3, "max_tokens": 100})
+    cfg_dict = endpoint_config(
+        "http://127.0.0.1:9/v1",
+        _two_rows(tmp_path),
+        sampling={"temperature": 0.3, "max_tokens": 100},
+    )
     cfg = write_config(tmp_path, cfg_dict)
-    r = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg), "--config",
-                  "sampling={max_tokens: 7}", "run=other")
+    r = snakemake(
+        tmp_path,
+        "-n",
+        "-p",
+        "--configfile",
+        str(cfg),
+        "--config",
+        "sampling={max_tokens: 7}",
+        "run=other",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     # --config merges into the nested section: max_tokens overridden, temperature kept
     assert '"sampling": {"max_tokens": 7, "seed": 0, "temperature": 0.3' in r.stdout

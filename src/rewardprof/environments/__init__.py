@@ -28,8 +28,9 @@ BUILTIN: dict[str, str] = {
     "mcq": "rewardprof.environments.mcq:MCQEnvironment",
     "reasoning_gym": "rewardprof.environments.reasoning_gym:ReasoningGymEnvironment",
     "code": "rewardprof.environments.code:CodeEnvironment",
-    "instruction_following":
-        "rewardprof.environments.instruction_following:InstructionFollowingEnvironment",
+    "instruction_following": (
+        "rewardprof.environments.instruction_following:InstructionFollowingEnvironment"
+    ),
     "llm_judge": "rewardprof.environments.llm_judge:LLMJudgeEnvironment",
 }
 

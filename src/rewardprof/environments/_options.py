@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from rewardprof.config import ConfigError
+from rewardprof.core.config import ConfigError
 
 
 def check_options(env_name: str, options: dict[str, Any], allowed: Iterable[str]) -> None:

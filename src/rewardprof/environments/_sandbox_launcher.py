@@ -25,8 +25,12 @@ AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = -100, 0x8000, 1, 
 
 
 class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def drop_to(uid):
@@ -38,8 +42,12 @@ def drop_to(uid):
 def readonly_everything(libc):
     """Every mount read-only: mount_setattr(AT_RECURSIVE), else remount each one."""
     attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr),
-                    ctypes.sizeof(attr)) == 0:
+    if (
+        libc.syscall(
+            SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+        )
+        == 0
+    ):
         return True
     ok = True
     with open("/proc/self/mountinfo") as f:
@@ -54,14 +62,17 @@ def contain(cfg, status):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWNET) == 0:
         status["net_isolated"] = True
-    if libc.unshare(CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None,
-                                                      MS_REC | MS_PRIVATE, None) == 0:
+    if (
+        libc.unshare(CLONE_NEWNS) == 0
+        and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
+    ):
         scratch = cfg["scratch"].encode()
         if readonly_everything(libc):
             # The scratch directory alone gets a writable mount of its own.
-            if (libc.mount(scratch, scratch, None, MS_BIND, None) == 0
-                    and libc.mount(None, scratch, None, MS_BIND | MS_REMOUNT | MS_NOSUID,
-                                   None) == 0):
+            if (
+                libc.mount(scratch, scratch, None, MS_BIND, None) == 0
+                and libc.mount(None, scratch, None, MS_BIND | MS_REMOUNT | MS_NOSUID, None) == 0
+            ):
                 status["fs_readonly"] = True
             else:
                 raise OSError(ctypes.get_errno(), "cannot make the scratch dir writable")
@@ -102,8 +113,12 @@ def main():
             except ProcessLookupError:
                 break
         os._exit(0)
-    status = {"net_isolated": False, "fs_readonly": False, "nproc_limited": False,
-              "uid_dropped": False}
+    status = {
+        "net_isolated": False,
+        "fs_readonly": False,
+        "nproc_limited": False,
+        "uid_dropped": False,
+    }
     try:
         if cfg["isolate"] and os.getuid() == 0:
             contain(cfg, status)

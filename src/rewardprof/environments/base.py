@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rewardprof.records import FailureKind
+from rewardprof.core.schemas import FailureKind
 
 
 class RowError(ValueError):
@@ -99,9 +99,7 @@ def _as_messages(value: Any, key: str) -> list[dict[str, Any]]:
                 raise RowError(f"{key}: every message needs 'role' and 'content'")
             content = m["content"]
             if isinstance(content, list):  # Responses-API parts -> plain text
-                content = "".join(
-                    p.get("text", "") for p in content if isinstance(p, dict)
-                )
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             # The Responses API calls the system prompt "developer"; chat templates want "system".
             role = "system" if m["role"] == "developer" else m["role"]
             out.append({"role": role, "content": content})

@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from rewardprof.core.schemas import FailureKind
 from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
@@ -32,10 +33,11 @@ from rewardprof.environments.base import (
     require_prompt,
 )
 from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
-from rewardprof.records import FailureKind
 
-CODE_INSTRUCTION = ("Write a complete Python 3 program in one ```python code block. It reads "
-                    "from standard input and writes to standard output.")
+CODE_INSTRUCTION = (
+    "Write a complete Python 3 program in one ```python code block. It reads "
+    "from standard input and writes to standard output."
+)
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 
 
@@ -72,8 +74,7 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"assert": f"{setup}\n{a}".strip()} for a in row["test_list"]]
     if isinstance(row.get("test_code"), str):
         return [{"assert": row["test_code"]}]
-    raise RowError("no tests: expected verifier_metadata.unit_tests, tests, test_list or "
-                   "test_code")
+    raise RowError("no tests: expected verifier_metadata.unit_tests, tests, test_list or test_code")
 
 
 class CodeEnvironment(Environment):
@@ -104,16 +105,17 @@ class CodeEnvironment(Environment):
         # The pool's hard timeout is a backstop above the per-test wall clocks.
         budget = len(tests) * (limits.timeout_s + 3) + 15
         try:
-            result = await ctx.run_in_pool(run_tests, program, tests, asdict(limits),
-                                           timeout_s=budget)
+            result = await ctx.run_in_pool(
+                run_tests, program, tests, asdict(limits), timeout_s=budget
+            )
         except TimeoutError:
-            return Verdict.failure(FailureKind.VERIFIER_TIMEOUT,
-                                   f"code tests exceeded the {budget:g}s budget")
+            return Verdict.failure(
+                FailureKind.VERIFIER_TIMEOUT, f"code tests exceeded the {budget:g}s budget"
+            )
         except SandboxError as exc:
             return Verdict.failure(FailureKind.VERIFIER_ERROR, str(exc)[:300])
         except Exception as exc:  # the harness broke: a verifier failure, never a 0
-            return Verdict.failure(FailureKind.VERIFIER_ERROR,
-                                   f"{type(exc).__name__}: {exc}"[:300])
+            return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
         reward = 1.0 if result["failure"] is None and result["passed"] == len(tests) else 0.0
         result.pop("tests", None)
         return Verdict(reward, extras=result)

@@ -20,6 +20,7 @@ import threading
 from functools import cache
 from typing import Any
 
+from rewardprof.core.schemas import FailureKind
 from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
@@ -28,7 +29,6 @@ from rewardprof.environments.base import (
     VerifyContext,
     extract_messages,
 )
-from rewardprof.records import FailureKind
 
 GRADING_MODES = ("binary", "fraction")
 
@@ -79,8 +79,9 @@ def known_instruction(instruction_id: str) -> bool:
     return instruction_id in ifeval or instruction_id in ifbench
 
 
-def check_instructions(response: str, ids: list[str], kwargs: list[dict[str, Any]],
-                       prompt: str) -> list[dict[str, Any]]:
+def check_instructions(
+    response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str
+) -> list[dict[str, Any]]:
     """Runs in a worker process: per instruction {id, strict, loose} via if-verifiable."""
     from if_verifiable.common import evaluate_instructions
 
@@ -92,11 +93,13 @@ def check_instructions(response: str, ids: list[str], kwargs: list[dict[str, Any
             results, _ = evaluate_instructions(response, [iid], [kw], prompt, registry)
         except LookupError as exc:  # NLTK data missing: say which resource
             missing = str(exc).split("Resource")[-1].split("not found")[0].strip(" '\n*")
-            raise RuntimeError(f"instruction {i} ({iid}) needs NLTK resource {missing!r}, "
-                               "which is not installed") from None
+            raise RuntimeError(
+                f"instruction {i} ({iid}) needs NLTK resource {missing!r}, which is not installed"
+            ) from None
         if results:
-            out.append({"id": iid, "strict": results[0].strict_pass,
-                        "loose": results[0].loose_pass})
+            out.append(
+                {"id": iid, "strict": results[0].strict_pass, "loose": results[0].loose_pass}
+            )
         else:  # the library scores an empty (or only-thinking) response as nothing followed
             out.append({"id": iid, "strict": False, "loose": False})
     return out
@@ -150,18 +153,26 @@ class InstructionFollowingEnvironment(Environment):
         ids = list(row["instruction_id_list"])
         timeout = float(self.options.get("timeout_s", ctx.timeout_s))
         try:
-            results = await ctx.run_in_pool(check_instructions, completion, ids, _kwargs(row),
-                                            _prompt_text(row), timeout_s=timeout)
+            results = await ctx.run_in_pool(
+                check_instructions,
+                completion,
+                ids,
+                _kwargs(row),
+                _prompt_text(row),
+                timeout_s=timeout,
+            )
         except TimeoutError:
-            return Verdict.failure(FailureKind.VERIFIER_TIMEOUT,
-                                   f"instruction checks exceeded {timeout:g}s")
+            return Verdict.failure(
+                FailureKind.VERIFIER_TIMEOUT, f"instruction checks exceeded {timeout:g}s"
+            )
         except Exception as exc:  # a crashing check is recorded, never a silent 0
-            return Verdict.failure(FailureKind.VERIFIER_ERROR,
-                                   f"{type(exc).__name__}: {exc}"[:300])
+            return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
         key = "loose" if self.options.get("loose") else "strict"
         followed = [bool(r[key]) for r in results]
         fraction = sum(followed) / len(followed)
         mode = row.get("grading_mode", "binary")
         reward = fraction if mode == "fraction" else float(all(followed))
-        return Verdict(reward, extras={"followed": followed, "fraction": fraction,
-                                       "grading_mode": mode, "check": key})
+        return Verdict(
+            reward,
+            extras={"followed": followed, "fraction": fraction, "grading_mode": mode, "check": key},
+        )

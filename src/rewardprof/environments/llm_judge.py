@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewardprof.config import ConfigError
+from rewardprof.core.config import ConfigError
+from rewardprof.core.schemas import FailureKind
 from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
@@ -38,7 +39,6 @@ from rewardprof.environments.base import (
     extract_messages,
     has_chat_prompt,
 )
-from rewardprof.records import FailureKind
 
 DEFAULT_TEMPLATE = """You are grading an answer to a question.
 
@@ -79,9 +79,19 @@ def _retry_after_s(value: str | None) -> float | None:
     return max(0.0, parsed.timestamp() - time.time())
 
 
-CLIENT_OPTIONS = ("base_url", "model", "api_key_env", "concurrency", "max_attempts",
-                  "backoff_initial_s", "backoff_max_s", "request_timeout_s", "temperature",
-                  "max_tokens", "cache_dir")
+CLIENT_OPTIONS = (
+    "base_url",
+    "model",
+    "api_key_env",
+    "concurrency",
+    "max_attempts",
+    "backoff_initial_s",
+    "backoff_max_s",
+    "request_timeout_s",
+    "temperature",
+    "max_tokens",
+    "cache_dir",
+)
 
 
 class JudgeClient:
@@ -105,8 +115,10 @@ class JudgeClient:
         self.backoff_initial_s = float(options.get("backoff_initial_s", 1.0))
         self.backoff_max_s = float(options.get("backoff_max_s", 60.0))
         self.request_timeout_s = float(options.get("request_timeout_s", 120.0))
-        self.sampling = {"temperature": float(options.get("temperature", 0.0)),
-                         "max_tokens": int(options.get("max_tokens", 512))}
+        self.sampling = {
+            "temperature": float(options.get("temperature", 0.0)),
+            "max_tokens": int(options.get("max_tokens", 512)),
+        }
         cache = options.get("cache_dir")
         self.cache_dir = Path(cache) if cache else None
         self._session: Any = None
@@ -144,12 +156,15 @@ class JudgeClient:
         if self._session is None:
             api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
             if self.api_key_env and not api_key:
-                raise JudgeError(f"environment variable {self.api_key_env} (the judge's API "
-                                 "key) is not set")
+                raise JudgeError(
+                    f"environment variable {self.api_key_env} (the judge's API key) is not set"
+                )
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
             self._session = aiohttp.ClientSession(
-                headers=headers, timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
-                connector=aiohttp.TCPConnector(limit=self.concurrency))
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
+                connector=aiohttp.TCPConnector(limit=self.concurrency),
+            )
         last = "no attempt made"
         for attempt in range(1, self.max_attempts + 1):
             wait = self._pause_until - time.monotonic()
@@ -197,8 +212,9 @@ class JudgeClient:
             self._session = None
 
 
-def parse_verdict(reply: str, pattern: re.Pattern[str], rewards: dict[str, float],
-                  score_max: float) -> float:
+def parse_verdict(
+    reply: str, pattern: re.Pattern[str], rewards: dict[str, float], score_max: float
+) -> float:
     matches = list(pattern.finditer(reply))
     if not matches:
         raise JudgeError(f"no verdict in judge reply: {reply[-200:]!r}")
@@ -225,14 +241,15 @@ class LLMJudgeEnvironment(Environment):
         self.template = str(self.options.get("prompt_template", DEFAULT_TEMPLATE))
         used = {f for _, f, _, _ in string.Formatter().parse(self.template) if f}
         if used - _FIELDS:
-            raise ConfigError(f"llm_judge prompt_template: unknown fields "
-                              f"{sorted(used - _FIELDS)}; available: {sorted(_FIELDS)}")
+            raise ConfigError(
+                f"llm_judge prompt_template: unknown fields "
+                f"{sorted(used - _FIELDS)}; available: {sorted(_FIELDS)}"
+            )
         try:
             self.verdict_re = re.compile(self.options.get("verdict_regex", DEFAULT_VERDICT_REGEX))
         except re.error as exc:
             raise ConfigError(f"llm_judge verdict_regex: {exc}") from None
-        self.rewards = dict(self.options.get("verdict_rewards",
-                                             {"CORRECT": 1.0, "INCORRECT": 0.0}))
+        self.rewards = dict(self.options.get("verdict_rewards", {"CORRECT": 1.0, "INCORRECT": 0.0}))
         self.score_max = float(self.options.get("score_max", 1.0))
 
     @property
@@ -250,9 +267,12 @@ class LLMJudgeEnvironment(Environment):
             users = [m["content"] for m in extract_messages(row) if m["role"] == "user"]
             question = users[-1] if users else ""
         reference = row.get("reference_answer", row.get("expected_answer", ""))
-        text = self.template.format(question=question, reference=reference or "",
-                                    rubric=row.get("rubric") or "",
-                                    response=_THINK.sub("", completion).strip())
+        text = self.template.format(
+            question=question,
+            reference=reference or "",
+            rubric=row.get("rubric") or "",
+            response=_THINK.sub("", completion).strip(),
+        )
         return [{"role": "user", "content": text}]
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rewardprof.core.schemas import FailureKind
 from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
@@ -27,7 +28,6 @@ from rewardprof.environments.base import (
     has_chat_prompt,
     require_prompt,
 )
-from rewardprof.records import FailureKind
 
 BOX_INSTRUCTION = "Put your final answer within \\boxed{}."
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -85,8 +85,11 @@ _JUDGE_VERDICT = re.compile(r"VERDICT:\s*\**\s*(NOT_EQUIVALENT|EQUIVALENT)")
 class MathEnvironment(Environment):
     name = "math"
     required_fields = ("expected_answer",)
-    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT,
-                     FailureKind.JUDGE_ERROR)
+    failure_kinds = (
+        FailureKind.VERIFIER_ERROR,
+        FailureKind.VERIFIER_TIMEOUT,
+        FailureKind.JUDGE_ERROR,
+    )
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
@@ -122,14 +125,17 @@ class MathEnvironment(Environment):
         timeout = float(self.options.get("timeout_s", ctx.timeout_s))
         try:
             # The pool's hard timeout sits above math-verify's own, so a wedged call is killed.
-            same = await ctx.run_in_pool(math_equal, expected, answer, timeout,
-                                         timeout_s=timeout + 5)
+            same = await ctx.run_in_pool(
+                math_equal, expected, answer, timeout, timeout_s=timeout + 5
+            )
         except TimeoutError:
-            return Verdict.failure(FailureKind.VERIFIER_TIMEOUT,
-                                   f"math-verify exceeded {timeout:g}s", extracted=answer)
+            return Verdict.failure(
+                FailureKind.VERIFIER_TIMEOUT, f"math-verify exceeded {timeout:g}s", extracted=answer
+            )
         except Exception as exc:  # a crash in the verifier is recorded, never a silent 0
-            return Verdict.failure(FailureKind.VERIFIER_ERROR,
-                                   f"{type(exc).__name__}: {exc}"[:300], extracted=answer)
+            return Verdict.failure(
+                FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300], extracted=answer
+            )
         if not same and self.options.get("judge"):
             return await self._judge_fallback(row, expected, answer)
         return Verdict(1.0 if same else 0.0, extras={"extracted": answer})
@@ -137,12 +143,14 @@ class MathEnvironment(Environment):
     async def _judge_fallback(self, row: dict[str, Any], expected: str, answer: str) -> Verdict:
         from rewardprof.environments.llm_judge import JudgeError, parse_verdict
 
-        text = JUDGE_TEMPLATE.format(question=row.get("problem", row.get("question", "")),
-                                     expected=expected, answer=answer)
+        text = JUDGE_TEMPLATE.format(
+            question=row.get("problem", row.get("question", "")), expected=expected, answer=answer
+        )
         try:
             reply = await self._judge.complete([{"role": "user", "content": text}])
-            reward = parse_verdict(reply, _JUDGE_VERDICT,
-                                   {"EQUIVALENT": 1.0, "NOT_EQUIVALENT": 0.0}, 1.0)
+            reward = parse_verdict(
+                reply, _JUDGE_VERDICT, {"EQUIVALENT": 1.0, "NOT_EQUIVALENT": 0.0}, 1.0
+            )
         except JudgeError as exc:
             return Verdict.failure(FailureKind.JUDGE_ERROR, str(exc)[:300], extracted=answer)
         return Verdict(reward, extras={"extracted": answer, "judged": True})

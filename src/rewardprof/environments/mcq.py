@@ -35,8 +35,10 @@ from rewardprof.environments.math import last_boxed
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
 # options.few_shot: one worked exchange before the task, in the format the verifier reads.
-FEW_SHOT = [{"role": "user", "content": f"What is 1 + 1?\n\nA: 3\nB: 2\nC: 5\n\n{MCQ_INSTRUCTION}"},
-            {"role": "assistant", "content": "1 + 1 = 2, which is option B.\n\\boxed{B}"}]
+FEW_SHOT = [
+    {"role": "user", "content": f"What is 1 + 1?\n\nA: 3\nB: 2\nC: 5\n\n{MCQ_INSTRUCTION}"},
+    {"role": "assistant", "content": "1 + 1 = 2, which is option B.\n\\boxed{B}"},
+]
 _ANSWER_RE = re.compile(r"(?im)^[\s*#>_]*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+?)\s*$")
 _WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 _LETTER_AND_TEXT = re.compile(r"(?<![A-Za-z])\(?([A-Z])\s*[:.)]\s+(.+?)\s*$")
@@ -145,8 +147,9 @@ class MCQEnvironment(Environment):
         options = parse_options(row)
         expected = str(row["expected_answer"]).strip().upper()
         if expected not in options:
-            raise RowError(f"expected_answer {expected!r} is not one of the option letters "
-                           f"{''.join(options)}")
+            raise RowError(
+                f"expected_answer {expected!r} is not one of the option letters {''.join(options)}"
+            )
         require_prompt(row, "question")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -164,5 +167,4 @@ class MCQEnvironment(Environment):
         letter, how = extract_choice(completion, options)
         if letter is None:
             return Verdict(0.0, extras={"extracted": None, "reason": how})
-        return Verdict(1.0 if letter == expected else 0.0,
-                       extras={"extracted": letter, "how": how})
+        return Verdict(1.0 if letter == expected else 0.0, extras={"extracted": letter, "how": how})

@@ -81,8 +81,10 @@ def sandbox_python(limits: Limits) -> str:
     for cand in (base, sys.executable, shutil.which("python3"), "/usr/bin/python3"):
         if cand and os.path.exists(cand) and _usable_by_others(cand):
             return cand
-    raise SandboxError("no Python interpreter the unprivileged sandbox user can execute; "
-                       "set the code environment's `python` option")
+    raise SandboxError(
+        "no Python interpreter the unprivileged sandbox user can execute; "
+        "set the code environment's `python` option"
+    )
 
 
 def _new_uid() -> int:
@@ -102,8 +104,13 @@ class RunResult:
 
 def _kill_uid(uid: int) -> None:
     cfg = json.dumps({"mode": "kill", "uid": uid, "status_fd": 2})
-    subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, cfg], timeout=30,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        [sys.executable, "-I", "-S", "-c", LAUNCHER, cfg],
+        timeout=30,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def _read_capped(path: Path, cap: int) -> str:
@@ -123,24 +130,47 @@ def run_program(source: str, stdin: str, limits: Limits, workdir: Path) -> RunRe
         scratch.chmod(0o700)
     (workdir / "stdin").write_text(stdin)
     python = sandbox_python(limits)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch),
-           "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     status_r, status_w = os.pipe()
-    cfg = {"mode": "run", "uid": uid, "status_fd": status_w, "scratch": str(scratch),
-           "isolate": limits.isolate, "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb,
-           "max_output_bytes": limits.max_output_bytes, "nproc": limits.nproc,
-           "argv": [python, "-I", "main.py"], "env": env}
+    cfg = {
+        "mode": "run",
+        "uid": uid,
+        "status_fd": status_w,
+        "scratch": str(scratch),
+        "isolate": limits.isolate,
+        "cpu_s": limits.cpu_s,
+        "memory_mb": limits.memory_mb,
+        "max_output_bytes": limits.max_output_bytes,
+        "nproc": limits.nproc,
+        "argv": [python, "-I", "main.py"],
+        "env": env,
+    }
     out_path, err_path = workdir / "stdout", workdir / "stderr"
     timed_out = False
     proc: subprocess.Popen | None = None
     start = time.monotonic()
     try:
-        with (open(workdir / "stdin", "rb") as fin, open(out_path, "wb") as fout,
-              open(err_path, "wb") as ferr):
+        with (
+            open(workdir / "stdin", "rb") as fin,
+            open(out_path, "wb") as fout,
+            open(err_path, "wb") as ferr,
+        ):
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)],
-                stdin=fin, stdout=fout, stderr=ferr, pass_fds=(status_w,),
-                start_new_session=True, cwd=str(scratch), env=env,
+                stdin=fin,
+                stdout=fout,
+                stderr=ferr,
+                pass_fds=(status_w,),
+                start_new_session=True,
+                cwd=str(scratch),
+                env=env,
             )
             os.close(status_w)
             status_w = -1
@@ -191,8 +221,12 @@ def run_program(source: str, stdin: str, limits: Limits, workdir: Path) -> RunRe
 
 
 _VIOLATIONS = {
-    "network": ("Network is unreachable", "name resolution", "Name or service not known",
-                "Connection refused"),
+    "network": (
+        "Network is unreachable",
+        "name resolution",
+        "Name or service not known",
+        "Connection refused",
+    ),
     "filesystem": ("Read-only file system", "Permission denied"),
     "processes": ("BlockingIOError", "Resource temporarily unavailable", "can't start new thread"),
 }
@@ -235,20 +269,31 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
             res = run_program(source, stdin, limits, workdir)
             sandbox = {k: v for k, v in res.sandbox.items() if k != "violation"}
             outcome = res.outcome
-            if outcome == "ok" and "assert" not in test and not _same_output(
-                    res.stdout, test.get("expected_stdout", "")):
+            if (
+                outcome == "ok"
+                and "assert" not in test
+                and not _same_output(res.stdout, test.get("expected_stdout", ""))
+            ):
                 outcome = "wrong_answer"
             results.append({"outcome": outcome, "wall_s": res.wall_s, "returncode": res.returncode})
             shutil.rmtree(workdir, ignore_errors=True)
             if outcome != "ok":
-                failure = {"failure": outcome, "failed_test": i,
-                           "violation": res.sandbox.get("violation"),
-                           "stderr_tail": res.stderr[-600:], "stdout_head": res.stdout[:300]}
+                failure = {
+                    "failure": outcome,
+                    "failed_test": i,
+                    "violation": res.sandbox.get("violation"),
+                    "stderr_tail": res.stderr[-600:],
+                    "stdout_head": res.stdout[:300],
+                }
                 break
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    out = {"passed": sum(r["outcome"] == "ok" for r in results), "total": len(tests),
-           "sandbox": sandbox, "tests": results}
+    out = {
+        "passed": sum(r["outcome"] == "ok" for r in results),
+        "total": len(tests),
+        "sandbox": sandbox,
+        "tests": results,
+    }
     out.update(failure or {"failure": None})
     return out
 

@@ -66,11 +66,19 @@ def _default_answer(prompt: str, seed: int | None) -> str:
 
 
 class FakeOpenAI:
-    def __init__(self, answer: AnswerFn = _default_answer, model: str = "fake-model",
-                 host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0,
-                 hang_s: float = 3600.0, fault_fn: Callable[[dict], str | None] | None = None,
-                 return_token_ids: bool = True, api_key: str | None = None,
-                 echo_key: bool = False):
+    def __init__(
+        self,
+        answer: AnswerFn = _default_answer,
+        model: str = "fake-model",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.0,
+        hang_s: float = 3600.0,
+        fault_fn: Callable[[dict], str | None] | None = None,
+        return_token_ids: bool = True,
+        api_key: str | None = None,
+        echo_key: bool = False,
+    ):
         self.answer, self.model, self.host, self.port = answer, model, host, port
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
@@ -205,14 +213,16 @@ class FakeOpenAI:
         with self._lock:
             self.stats["auth_failed"] += 1
         quoted = f": {got.removeprefix('Bearer ')!r}" if self.echo_key else ""
-        return web.json_response({"error": {"message": f"Incorrect API key provided{quoted}"}},
-                                 status=401)
+        return web.json_response(
+            {"error": {"message": f"Incorrect API key provided{quoted}"}}, status=401
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
             return denied
-        return web.json_response({"object": "list",
-                                  "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        )
 
     def _next_fault(self, body: dict) -> str | None:
         with self._lock:
@@ -237,8 +247,9 @@ class FakeOpenAI:
             if resp is not None:
                 return resp
         if body.get("model") != self.model:
-            return web.json_response({"error": {"message": f"model {body.get('model')!r} "
-                                                "does not exist"}}, status=404)
+            return web.json_response(
+                {"error": {"message": f"model {body.get('model')!r} does not exist"}}, status=404
+            )
         await self._pass_gate(body)
         return web.json_response(self._completion(body, fault))
 
@@ -258,18 +269,28 @@ class FakeOpenAI:
                 tokens = tokens[: max_tokens or len(tokens)]
                 text, finish = " ".join(tokens), "length"
             total += len(tokens)
-            choice = {"index": j, "message": {"role": "assistant", "content": text},
-                      "finish_reason": finish}
+            choice = {
+                "index": j,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish,
+            }
             if self.return_token_ids and body.get("return_token_ids"):  # as vLLM: if asked
                 choice["token_ids"] = list(range(len(tokens)))
             choices.append(choice)
         with self._lock:
             self.stats["ok_requests"] += 1
             self.stats["ok_choices"] += len(choices)
-        return {"id": f"cmpl-{time.monotonic_ns()}", "object": "chat.completion",
-                "model": self.model, "choices": choices,
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": total,
-                          "total_tokens": total + len(prompt.split())}}
+        return {
+            "id": f"cmpl-{time.monotonic_ns()}",
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt.split()),
+                "completion_tokens": total,
+                "total_tokens": total + len(prompt.split()),
+            },
+        }
 
     async def _fault(self, fault: str, request: web.Request, body: dict):
         kind, _, arg = fault.partition(":")
@@ -282,11 +303,14 @@ class FakeOpenAI:
             elif arg.startswith("retry_after_date="):
                 when = time.time() + float(arg.split("=", 1)[1])
                 headers["Retry-After"] = email.utils.formatdate(when, usegmt=True)
-            return web.json_response({"error": {"message": "rate limited"}}, status=429,
-                                     headers=headers)
+            return web.json_response(
+                {"error": {"message": "rate limited"}}, status=429, headers=headers
+            )
         if kind == "context_length":
-            return web.json_response({"error": {"message": "This model's maximum context "
-                                                "length is 2048 tokens"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "This model's maximum context length is 2048 tokens"}},
+                status=400,
+            )
         if kind == "hang":
             # the hang ends after its time (or at stop()); nobody is waiting for the answer
             with contextlib.suppress(TimeoutError):

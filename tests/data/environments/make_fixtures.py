@@ -10,8 +10,8 @@ Checked-in JSONL is what the tests read; this script only documents and regenera
 import json
 from pathlib import Path
 
-from rewardprof.config import GeneratorSource
-from rewardprof.generators import generate_rows
+from rewardprof.core.config import GeneratorSource
+from rewardprof.sources.generators import generate_rows
 
 OUT = Path(__file__).resolve().parent
 
@@ -103,7 +103,13 @@ mcq = [
     case("option_text_last_line", q1, "The capital is\nRome", 1.0, extras={"how": "option_text"}),
     case("no_answer", q1, "I do not know.", 0.0, extras={"reason": "no_answer"}),
     case("letter_and_text", q1, "Let me think.\nC: Rome", 1.0, extras={"how": "letter_and_text"}),
-    case("letter_contradicts_text", q1, "The correct option is D: Rome", 0.0, extras={"reason": "ambiguous"}),
+    case(
+        "letter_contradicts_text",
+        q1,
+        "The correct option is D: Rome",
+        0.0,
+        extras={"reason": "ambiguous"},
+    ),
     case("metadata_options", q2, "2 + 2 = 4, \\boxed{B}", 1.0),
 ]
 

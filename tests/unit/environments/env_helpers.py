@@ -52,11 +52,23 @@ class FakeJudge:
         finally:
             self.in_flight -= 1
         if "reply" not in item:
-            return web.Response(status=item.get("status", 200), headers=item.get("headers"),
-                                text=item.get("body", ""))
-        reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": item["reply"]}}]}
+            return web.Response(
+                status=item.get("status", 200),
+                headers=item.get("headers"),
+                text=item.get("body", ""),
+            )
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": item["reply"]},
+                }
+            ],
+        }
         return web.json_response(reply)
 
     @asynccontextmanager

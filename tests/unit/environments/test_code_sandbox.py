@@ -90,8 +90,10 @@ def test_network_connection_is_refused(ctx):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     # Reaching the host's loopback server would print the expected "4" and pass.
-    program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-               "print(s.recv(10).decode().strip())")
+    program = (
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "print(s.recv(10).decode().strip())"
+    )
     v = verify(program, ctx)
     stop.set()
     t.join()
@@ -134,8 +136,10 @@ def test_fork_bomb_is_bounded_and_cleaned_up(ctx):
 
 
 def test_fork_bomb_that_survives_errors_times_out(ctx):
-    program = ("import os, time\nwhile True:\n    try:\n        os.fork()\n"
-               "    except OSError:\n        time.sleep(0.01)")
+    program = (
+        "import os, time\nwhile True:\n    try:\n        os.fork()\n"
+        "    except OSError:\n        time.sleep(0.01)"
+    )
     v = verify(program, ctx, timeout_s=1)
     assert (v.reward, v.extras["failure"]) == (0.0, "timeout"), v
     assert sandbox_processes() == []

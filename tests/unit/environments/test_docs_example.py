@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rewardprof import environments
-from rewardprof.config import validate_config
+from rewardprof.core.config import validate_config
 
 from .env_helpers import run
 
@@ -27,10 +27,12 @@ EXAMPLES = REPO / "docs" / "examples"
 def installed_plugin(tmp_path, monkeypatch):
     dist = tmp_path / "rewardprof_exact_match-0.1.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rewardprof-exact-match\n"
-                                   "Version: 0.1\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: rewardprof-exact-match\nVersion: 0.1\n"
+    )
     (dist / "entry_points.txt").write_text(
-        "[rewardprof.environments]\nexact_match = exact_match:ExactMatchEnvironment\n")
+        "[rewardprof.environments]\nexact_match = exact_match:ExactMatchEnvironment\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(EXAMPLES))
     environments._plugins.cache_clear()
@@ -43,8 +45,9 @@ def test_example_environment_through_the_entry_point(installed_plugin, ctx):
     assert "exact_match" in environments.known_environments()
     assert "exact_match" not in environments.BUILTIN
     # a manifest may name it like any built-in
-    cfg = validate_config({"entries": [{"label": "em", "environment": "exact_match",
-                                        "source": "x.jsonl"}]})
+    cfg = validate_config(
+        {"entries": [{"label": "em", "environment": "exact_match", "source": "x.jsonl"}]}
+    )
     assert cfg.entries[0].environment == "exact_match"
     env = environments.make_environment("exact_match")
     cases = [json.loads(line) for line in (EXAMPLES / "exact_match.jsonl").open()]

@@ -37,8 +37,9 @@ async def _verify(env_name: str, case: dict, ctx) -> object:
     if env_name == "llm_judge":
         judge = FakeJudge(default=case["judge_reply"])
         async with judge.serving():
-            env = make_environment(env_name, {**options, "base_url": judge.base_url,
-                                              "model": "judge"})
+            env = make_environment(
+                env_name, {**options, "base_url": judge.base_url, "model": "judge"}
+            )
             try:
                 verdict = await env.verify(case["row"], case["completion"], ctx)
             finally:
@@ -50,8 +51,7 @@ async def _verify(env_name: str, case: dict, ctx) -> object:
     return await env.verify(case["row"], case["completion"], ctx)
 
 
-@pytest.mark.parametrize(("env_name", "case"), CASES,
-                         ids=[f"{e}-{c['case']}" for e, c in CASES])
+@pytest.mark.parametrize(("env_name", "case"), CASES, ids=[f"{e}-{c['case']}" for e, c in CASES])
 def test_case(env_name, case, ctx):
     unused_judge = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
     env = make_environment(env_name, unused_judge if env_name == "llm_judge" else None)

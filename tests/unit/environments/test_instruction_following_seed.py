@@ -15,19 +15,31 @@ import pebble
 import pytest
 
 from rewardprof.environments import VerifyContext, make_environment
-from rewardprof.rollout.runner import _make_pool
+from rewardprof.stages.rollout.runner import _make_pool
 
 ROWS = {
-    "english_lowercase": ({"prompt": "Greet the world in lowercase.",
-                           "instruction_id_list": ["change_case:english_lowercase"]},
-                          "hello, world"),
-    "english_capital": ({"prompt": "Greet the world in capitals.",
-                         "instruction_id_list": ["change_case:english_capital"]},
-                        "HAVE A NICE DAY"),
-    "response_language": ({"prompt": "Answer in English.",
-                           "instruction_id_list": ["language:response_language"],
-                           "kwargs": [{"language": "en"}]},
-                          "hello, world"),
+    "english_lowercase": (
+        {
+            "prompt": "Greet the world in lowercase.",
+            "instruction_id_list": ["change_case:english_lowercase"],
+        },
+        "hello, world",
+    ),
+    "english_capital": (
+        {
+            "prompt": "Greet the world in capitals.",
+            "instruction_id_list": ["change_case:english_capital"],
+        },
+        "HAVE A NICE DAY",
+    ),
+    "response_language": (
+        {
+            "prompt": "Answer in English.",
+            "instruction_id_list": ["language:response_language"],
+            "kwargs": [{"language": "en"}],
+        },
+        "hello, world",
+    ),
 }
 
 
@@ -55,8 +67,7 @@ def test_langdetect_is_seeded_in_spawned_workers_too():
     """A spawned worker inherits nothing from the parent: the environment seeds it itself."""
     row, text = ROWS["english_lowercase"]
     with pebble.ProcessPool(max_workers=2, context=multiprocessing.get_context("spawn")) as pool:
-        rewards = asyncio.run(_score_many(VerifyContext(pool=pool, timeout_s=120), row, text,
-                                          100))
+        rewards = asyncio.run(_score_many(VerifyContext(pool=pool, timeout_s=120), row, text, 100))
         pool.stop()
     assert len(set(rewards)) == 1, f"{rewards.count(1.0)} of 100 passed"
     # and the verdict is the one the parent process (inline, no pool) gives

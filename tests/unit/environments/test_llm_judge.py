@@ -19,8 +19,9 @@ FAST = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05}
 
 async def judged(judge: FakeJudge, completions: list[str], ctx=None, **options):
     async with judge.serving():
-        env = make_environment("llm_judge", {"base_url": judge.base_url, "model": "judge",
-                                             **FAST, **options})
+        env = make_environment(
+            "llm_judge", {"base_url": judge.base_url, "model": "judge", **FAST, **options}
+        )
         try:
             return await asyncio.gather(*(env.verify(ROW, c, ctx) for c in completions)), env
         finally:
@@ -39,8 +40,9 @@ def test_429_retry_after_is_honoured():
 
 def test_429_pauses_every_request_not_only_the_one_refused():
     judge = FakeJudge()
-    judge.script.extend([(429, {"Retry-After": "1"}, ""), {"reply": "VERDICT: CORRECT",
-                                                            "delay": 0.3}])
+    judge.script.extend(
+        [(429, {"Retry-After": "1"}, ""), {"reply": "VERDICT: CORRECT", "delay": 0.3}]
+    )
     verdicts, _ = run(judged(judge, ["a", "b", "c"], concurrency=2))
     assert [v.reward for v in verdicts] == [1.0, 1.0, 1.0]
     assert len(judge.requests) == 4  # 3 verifications + 1 retry: no storm
@@ -65,12 +67,15 @@ def test_server_errors_are_retried_then_recovered():
     assert len(judge.requests) == 3
 
 
-@pytest.mark.parametrize(("item", "detail"), [
-    ((400, {}, "bad request"), "rejected"),
-    ((200, {"Content-Type": "application/json"}, "{not json"), "malformed"),
-    ("The answer looks fine to me.", "no verdict"),
-    ("VERDICT: MAYBE", "no verdict"),
-])
+@pytest.mark.parametrize(
+    ("item", "detail"),
+    [
+        ((400, {}, "bad request"), "rejected"),
+        ((200, {"Content-Type": "application/json"}, "{not json"), "malformed"),
+        ("The answer looks fine to me.", "no verdict"),
+        ("VERDICT: MAYBE", "no verdict"),
+    ],
+)
 def test_judge_garbage_is_a_judge_error_not_a_wrong_answer(item, detail):
     judge = FakeJudge()
     judge.script.append(item)
@@ -80,8 +85,9 @@ def test_judge_garbage_is_a_judge_error_not_a_wrong_answer(item, detail):
 
 
 def test_unreachable_judge_is_a_judge_error():
-    env = make_environment("llm_judge", {"base_url": "http://127.0.0.1:9/v1", "model": "j",
-                                         "max_attempts": 2, **FAST})
+    env = make_environment(
+        "llm_judge", {"base_url": "http://127.0.0.1:9/v1", "model": "j", "max_attempts": 2, **FAST}
+    )
 
     async def go():
         try:
@@ -113,8 +119,11 @@ def test_own_concurrency_limit():
 
 
 def test_numeric_verdicts_with_a_custom_parser():
-    options = {"verdict_regex": r"SCORE:\s*(\d+(?:\.\d+)?)", "score_max": 10,
-               "prompt_template": "Rate 0-10.\n{question}\n{response}\nEnd with SCORE: n"}
+    options = {
+        "verdict_regex": r"SCORE:\s*(\d+(?:\.\d+)?)",
+        "score_max": 10,
+        "prompt_template": "Rate 0-10.\n{question}\n{response}\nEnd with SCORE: n",
+    }
     judge = FakeJudge()
     judge.script.extend(["SCORE: 7", "SCORE: 11"])
     verdicts, _ = run(judged(judge, ["a", "b"], concurrency=1, **options))
@@ -125,8 +134,10 @@ def test_numeric_verdicts_with_a_custom_parser():
 
 def test_template_with_unknown_field_is_rejected():
     with pytest.raises(ValueError, match="unknown fields"):
-        make_environment("llm_judge", {"base_url": "http://x/v1", "model": "j",
-                                       "prompt_template": "{question} {answer_key}"})
+        make_environment(
+            "llm_judge",
+            {"base_url": "http://x/v1", "model": "j", "prompt_template": "{question} {answer_key}"},
+        )
 
 
 def test_retry_after_forms():
@@ -177,19 +188,25 @@ def test_math_judge_garbage_is_a_judge_error(ctx):
     assert v.status == "judge_error" and v.reward is None
 
 
-@pytest.mark.parametrize(("env", "options", "message"), [
-    ("llm_judge", {"model": "j"}, "'base_url' is required"),
-    ("llm_judge", {"base_url": "127.0.0.1:8000", "model": "j"}, "http"),
-    ("llm_judge", {"base_url": "http://x/v1", "model": "j", "concurency": 2},
-     "did you mean concurrency"),
-    ("llm_judge", {"base_url": "http://x/v1", "model": "j", "verdict_regex": "("}, "regex"),
-    ("math", {"judge": {"base_url": "http://x/v1"}}, "'model' is required"),
-    ("math", {"timeout": 3}, "did you mean timeout_s"),
-    ("code", {"memory": 64}, "did you mean memory_mb"),
-    ("mcq", {"anything": 1}, "unknown option"),
-])
+@pytest.mark.parametrize(
+    ("env", "options", "message"),
+    [
+        ("llm_judge", {"model": "j"}, "'base_url' is required"),
+        ("llm_judge", {"base_url": "127.0.0.1:8000", "model": "j"}, "http"),
+        (
+            "llm_judge",
+            {"base_url": "http://x/v1", "model": "j", "concurency": 2},
+            "did you mean concurrency",
+        ),
+        ("llm_judge", {"base_url": "http://x/v1", "model": "j", "verdict_regex": "("}, "regex"),
+        ("math", {"judge": {"base_url": "http://x/v1"}}, "'model' is required"),
+        ("math", {"timeout": 3}, "did you mean timeout_s"),
+        ("code", {"memory": 64}, "did you mean memory_mb"),
+        ("mcq", {"anything": 1}, "unknown option"),
+    ],
+)
 def test_bad_options_fail_when_the_environment_is_made(env, options, message):
-    from rewardprof.config import ConfigError
+    from rewardprof.core.config import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         make_environment(env, options)

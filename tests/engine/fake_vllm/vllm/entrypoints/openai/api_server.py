@@ -47,8 +47,9 @@ def main() -> None:
             if self.path == "/health":
                 body = b""
             elif self.path == "/v1/models":
-                body = json.dumps({"object": "list", "data": [
-                    {"id": n, "object": "model"} for n in names]}).encode()
+                body = json.dumps(
+                    {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
+                ).encode()
             else:
                 self.send_response(404)
                 self.end_headers()
@@ -69,6 +70,7 @@ def main() -> None:
         sys.exit(1)
     print(f"INFO Starting vLLM server on http://{args.host}:{args.port}", flush=True)
     if behaviour.startswith("die_after:"):
+
         def die() -> None:
             time.sleep(float(behaviour.split(":", 1)[1]))
             print("ERROR fake vLLM: engine core died unexpectedly (pretend)", flush=True)

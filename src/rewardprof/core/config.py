@@ -1,0 +1,405 @@
+"""The run manifest: one pydantic model is the single source of truth for every config key.
+
+The Snakefile validates Snakemake's merged `config` dict through `validate_config` before it
+builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
+key fails with one line naming it, whichever door it came through.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
+# r (rewardprof.stages.rollout.runner.task_seed): K is at most 2^12.
+MAX_NUM_REPEATS = 1 << 12
+
+
+class ConfigError(ValueError):
+    """A config problem; the message is one line naming the key (or file) and what to do."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class GeneratorSource(_Strict):
+    """Tasks generated procedurally instead of read from a file (no dataset download)."""
+
+    generator: Literal["reasoning_gym"] = Field(description="Generator name.")
+    task: str = Field(description="Dataset name inside the generator, e.g. 'basic_arithmetic'.")
+    size: Annotated[int, Field(gt=0)] = Field(description="Number of tasks to generate.")
+    seed: int = Field(0, description="Generator seed; the same seed gives the same tasks.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments for the generator."
+    )
+
+
+class Entry(_Strict):
+    """One environment dataset of the blend; manifest order fixes task_index offsets."""
+
+    label: str = Field(pattern=LABEL_PATTERN, description="Unique name of this entry.")
+    environment: str = Field(description="Registry name of the environment (verifier).")
+    source: str | GeneratorSource = Field(
+        description="JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."
+    )
+    num_repeats: Annotated[int, Field(gt=0)] = Field(
+        4,
+        description=f"K: rollouts per task (at most {MAX_NUM_REPEATS}: the rollout index "
+        f"takes the low bits of each rollout's seed, docs/robustness.md).",
+    )
+    limit: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Maximum number of tasks taken from this source."
+    )
+    sample: Literal["head", "random"] = Field(
+        "head", description="head: the first `limit` rows; random: a seeded reservoir sample."
+    )
+    seed: int = Field(0, description="Seed for sample: random.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Environment-specific options (see docs/environments.md)."
+    )
+
+    @field_validator("num_repeats")
+    @classmethod
+    def _repeats_fit_the_seed(cls, v: int) -> int:
+        if v > MAX_NUM_REPEATS:
+            raise ValueError(
+                f"at most {MAX_NUM_REPEATS} rollouts per task (the rollout index "
+                f"takes the low 12 bits of each rollout's seed, docs/robustness.md)"
+            )
+        return v
+
+
+class Sampling(_Strict):
+    temperature: Annotated[float, Field(ge=0)] = Field(1.0, description="Sampling temperature.")
+    top_p: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="Nucleus sampling.")
+    max_tokens: Annotated[int, Field(gt=0)] = Field(
+        1024, description="Most completion tokens per rollout (beyond: finish_reason length)."
+    )
+    seed: int = Field(0, description="Base seed; each rollout's seed derives from it.")
+
+
+class Engine(_Strict):
+    mode: Literal["serve", "endpoint"] = Field(
+        "serve", description="serve: start vLLM inside the rollout job; endpoint: use base_url."
+    )
+    model: str = Field(
+        "builtin:smollm2-135m", description="builtin:<name>, or a model path/name for vLLM."
+    )
+    base_url: str | None = Field(None, description="Endpoint mode: e.g. http://127.0.0.1:8000/v1")
+    served_model_name: str | None = Field(
+        None, description="Model name sent in requests (default: derived from `model`)."
+    )
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable that holds the API key."
+    )
+    max_n: Annotated[int, Field(ge=1)] = Field(
+        16, description="Most samples asked for in one request (n); 1 sends one per rollout."
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra fields merged into every request body."
+    )
+    return_token_ids: bool | None = Field(
+        None,
+        description="Ask for each sample's token ids (`return_token_ids: true`, a vLLM "
+        "extension) so completion_tokens is exact per rollout. null: true in serve mode "
+        "(always vLLM), false in endpoint mode (other providers may reject the field; set "
+        "true for a vLLM endpoint). Without ids a request's usage total is split by text "
+        "length (completion_tokens_source 'apportioned').",
+    )
+    serve_args: list[str] = Field(
+        default_factory=list, description="Extra command-line arguments for the vLLM server."
+    )
+    serve_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the vLLM server."
+    )
+    startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        900, description="How long serve mode waits for the server to become ready."
+    )
+    python: str | None = Field(
+        None,
+        description="Serve mode: the Python interpreter that has vLLM (the engine's venv). "
+        "Default: $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one.",
+    )
+    host: str = Field(
+        "127.0.0.1",
+        description="Serve mode: address the server binds to; the client in the same job "
+        "connects there (127.0.0.1 keeps it private to the node).",
+    )
+    models_dir: str = Field(
+        "resources/models", description="Where builtin models are converted to (<dir>/<name>)."
+    )
+    stop_grace_s: Annotated[float, Field(gt=0)] = Field(
+        20, description="Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_scheme(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/") if v else v
+
+
+class Rollout(_Strict):
+    concurrency: Annotated[int, Field(gt=0)] = Field(64, description="Requests in flight.")
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        600, description="Per-request timeout; past it the attempt fails as a timeout."
+    )
+    max_attempts: Annotated[int, Field(gt=0)] = Field(4, description="HTTP attempts per request.")
+    backoff_initial_s: Annotated[float, Field(ge=0)] = Field(
+        1.0, description="First retry delay; doubles per attempt, with jitter."
+    )
+    backoff_max_s: Annotated[float, Field(ge=0)] = Field(
+        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
+    )
+    retry_budget_s: Annotated[float, Field(gt=0)] = Field(
+        1800, description="Most time one request may spend retrying, in total."
+    )
+    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.01,
+        description="Share of a shard's rollouts that may fail terminally and still complete "
+        "it (failures stay visible per task in the profile); over it the job fails and a "
+        "rerun retries them.",
+    )
+    verify_workers: Annotated[int, Field(gt=0)] = Field(
+        2, description="Worker processes for CPU-heavy verification."
+    )
+    verify_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Default hard timeout of one verification (verifier_timeout)."
+    )
+    segment_interval_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="How often the journal's JSONL tail is compacted into a Parquet segment."
+    )
+    segment_max_records: Annotated[int, Field(gt=0)] = Field(
+        20000, description="Most records in the JSONL tail before it is compacted."
+    )
+    progress_interval_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Seconds between progress lines when not on a terminal."
+    )
+
+
+class Profile(_Strict):
+    pass_at_k: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [1], description="k values of the unbiased pass@k estimator."
+    )
+    group_size: Annotated[int, Field(gt=1)] = Field(8, description="GRPO group size G.")
+    pass_threshold: float = Field(1.0, description="A rollout passes when reward >= this.")
+    ci_level: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.95, description="Confidence level of the pass-rate interval."
+    )
+    ci_method: Literal["wilson", "beta"] = Field(
+        "wilson", description="wilson (score interval) or beta (Clopper-Pearson, exact)."
+    )
+
+
+class Export(_Strict):
+    """The filtered, re-weighted training set (results/<run>/export/); see docs/profile.md."""
+
+    pass_rate_column: Literal["pass_rate", "pass_rate_excl_truncated"] = Field(
+        "pass_rate", description="Which pass rate the keep rules below look at."
+    )
+    drop_all_fail: bool = Field(
+        True, description="Drop tasks with pass rate 0 (no GRPO signal: every group all-fail)."
+    )
+    drop_all_pass: bool = Field(
+        True, description="Drop tasks with pass rate 1 (no GRPO signal: every group all-pass)."
+    )
+    min_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks with pass rate >= this (null: no lower bound)."
+    )
+    max_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks with pass rate <= this (null: no upper bound)."
+    )
+    min_grpo_signal: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="Keep only tasks whose grpo_signal (at profile.group_size) >= this."
+    )
+    min_rollouts: Annotated[int, Field(ge=1)] = Field(
+        1, description="Drop tasks with fewer scored (ok) rollouts than this."
+    )
+    target_share: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="label -> share of the combined export's total weight; every label must be "
+        "listed (0 leaves one out). Empty: every kept task has weight 1.",
+    )
+    profile_key: str = Field(
+        "reward_profile", description="Key under which the profile fields are attached to a row."
+    )
+
+
+class Config(_Strict):
+    run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
+    num_shards: Annotated[int, Field(gt=0)] = Field(
+        2, description="Rollout jobs; shard i owns tasks with task_index % N == i."
+    )
+    entries: list[Entry] = Field(min_length=1, description="The blend: one per dataset.")
+    sampling: Sampling = Field(default_factory=Sampling, description="See below.")
+    engine: Engine = Field(default_factory=Engine, description="See below.")
+    rollout: Rollout = Field(default_factory=Rollout, description="See below.")
+    profile: Profile = Field(default_factory=Profile, description="See below.")
+    export: Export = Field(default_factory=Export, description="See below.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        seen: set[str] = set()
+        for i, e in enumerate(self.entries):
+            if e.label in seen:
+                raise ValueError(f"entries[{i}].label: duplicate label {e.label!r}")
+            seen.add(e.label)
+        if self.engine.mode == "endpoint" and not self.engine.base_url:
+            raise ValueError("engine.base_url: required when engine.mode is 'endpoint'")
+        share = self.export.target_share
+        if share:
+            unknown = sorted(set(share) - seen)
+            if unknown:
+                raise ValueError(f"export.target_share: unknown label(s) {', '.join(unknown)}")
+            missing = [lbl for lbl in seen if lbl not in share]
+            if missing:
+                raise ValueError(
+                    f"export.target_share: missing label(s) {', '.join(missing)} "
+                    f"(give 0 to leave a label out)"
+                )
+            if sum(share.values()) <= 0:
+                raise ValueError("export.target_share: the shares must not all be 0")
+        lo, hi = self.export.min_pass_rate, self.export.max_pass_rate
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError("export.min_pass_rate: greater than export.max_pass_rate")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The model name sent in requests and expected in /v1/models."""
+        if self.engine.served_model_name:
+            return self.engine.served_model_name
+        m = self.engine.model
+        return m.split(":", 1)[1] if m.startswith("builtin:") else m
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "GeneratorSource", "function-after[_url_scheme(), str]"):
+            continue  # union-branch names are noise to a user
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model whose fields live at `loc` (for suggesting a key)."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if part == "GeneratorSource":
+            model = GeneratorSource
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        for sub in args:
+            candidates.extend(getattr(sub, "__args__", ()))
+        nxt = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        model = nxt if nxt is not None else ann
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _describe(err: dict) -> str:
+    loc = tuple(err["loc"])
+    where = _loc(loc) or "config"
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        key = str(loc[-1])
+        hint = ""
+        if parent is not None:
+            # 0.7: typos (num_repeat, concurency, entrys) match; unrelated words (colour ->
+            # rollout at 0.62) get the list of valid keys instead of a misleading guess
+            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.7)
+            if close:
+                hint = f"; did you mean {close[0]}?"
+            else:
+                hint = f"; valid keys: {', '.join(parent.model_fields)}"
+        return f"{where}: unknown key{hint}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "missing":
+        return f"{where}: required key is missing"
+    if ":" in msg.split(" ")[0]:  # cross-check messages already name their key
+        return msg
+    return f"{where}: {msg} (got {err.get('input')!r})"
+
+
+def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
+    """Validate a config dict; raise ConfigError with one line per problem found."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        # A union (path | generator) reports every branch; keep the most specific errors.
+        errors = exc.errors()
+        # A dict given for `source` also fails the path branch; that half is noise.
+        errors = [
+            e
+            for e in errors
+            if not (e["type"] == "string_type" and isinstance(e.get("input"), dict))
+        ] or errors
+        lines = list(dict.fromkeys(_describe(e) for e in errors))
+        raise ConfigError(f"{origin}: " + "; ".join(lines)) from None
+    from rewardprof.environments import known_environments
+
+    known = known_environments()
+    for i, e in enumerate(cfg.entries):
+        if e.environment not in known:
+            close = difflib.get_close_matches(e.environment, known, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+            raise ConfigError(
+                f"{origin}: entries[{i}].environment: unknown environment {e.environment!r}; {hint}"
+            )
+    return cfg
+
+
+def load_config(path: str | Path) -> Config:
+    """Load a YAML or JSON config file and validate it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    return validate_config(data or {}, origin=str(p))
+
+
+def config_json(cfg: Config) -> str:
+    """Canonical JSON of a validated config (what the rules hand to `rewardprof <stage>`)."""
+    return cfg.model_dump_json(exclude_defaults=False)
+
+
+def json_schema() -> dict[str, Any]:
+    return Config.model_json_schema()

@@ -1,0 +1,90 @@
+"""docs/config.md is rendered from the pydantic model, so the reference cannot drift from it
+(`rewardprof schema --markdown > docs/config.md`; a test compares the two)."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from rewardprof.core.config import (
+    Config,
+    Engine,
+    Entry,
+    Export,
+    GeneratorSource,
+    Profile,
+    Rollout,
+    Sampling,
+)
+
+SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+    ("top level", Config, "The run as a whole."),
+    ("entries[]", Entry, "One per environment dataset; their order fixes task_index offsets."),
+    (
+        "entries[].source (generator)",
+        GeneratorSource,
+        "Instead of a file path, tasks generated procedurally.",
+    ),
+    ("sampling", Sampling, "Sent with every request."),
+    ("engine", Engine, "Where rollouts are generated (docs/engine.md)."),
+    ("rollout", Rollout, "The rollout client: concurrency, timeouts, retries, journal."),
+    ("profile", Profile, "Statistics of the profile stage."),
+    ("export", Export, "The filtered, re-weighted training set (docs/profile.md)."),
+]
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        value = field.default_factory()
+        return "`" + repr(value) + "`" if not isinstance(value, BaseModel) else "(section)"
+    return f"`{field.default!r}`" if field.default is not None else "`null`"
+
+
+def _type(field: Any) -> str:
+    ann = field.annotation
+    args = typing.get_args(ann)
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _name(a) for a in args)
+    return _name(ann)
+
+
+def _name(ann: Any) -> str:
+    if typing.get_origin(ann) is typing.Annotated:
+        ann = typing.get_args(ann)[0]
+    if typing.get_origin(ann) is typing.Literal:
+        return " / ".join(repr(a) for a in typing.get_args(ann))
+    if typing.get_origin(ann) is list:
+        return f"list of {_name(typing.get_args(ann)[0])}"
+    if typing.get_origin(ann) is dict:
+        return "mapping"
+    return getattr(ann, "__name__", str(ann))
+
+
+def render_markdown() -> str:
+    out = [
+        "# Config reference",
+        "",
+        "Generated from `rewardprof.core.config` (`rewardprof schema --markdown`); the JSON schema",
+        "is `rewardprof schema`. Unknown keys are rejected with the nearest valid key.",
+        "",
+    ]
+    for title, model, blurb in SECTIONS:
+        out += [
+            f"## {title}",
+            "",
+            blurb,
+            "",
+            "| key | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
+        for name, field in model.model_fields.items():
+            desc = (field.description or "").replace("|", "\\|")
+            typ = _type(field).replace("|", "\\|")
+            out.append(f"| `{name}` | {typ} | {_default(field)} | {desc} |")
+        out.append("")
+    return "\n".join(out)

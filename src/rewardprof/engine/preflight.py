@@ -1,0 +1,131 @@
+"""Checks that fail a run before any job starts, with one line naming the key, file or URL.
+
+- `check_sources(cfg, base_dir)`: every file source exists and is not empty (cheap: no row is
+  read; bad rows are materialize's to report with file:line). Runs while the Snakefile is
+  parsed, dry runs included.
+- `check_endpoint(cfg)`: endpoint mode only: the server answers `GET <base_url>/models`, accepts
+  the API key, and serves the configured model. The Snakefile runs it in `onstart` (never in a
+  dry run) when rollout jobs are due, and `rewardprof rollout` runs it before generating.
+
+Messages never contain the API key, and a URL's user:password part is masked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from rewardprof.core.config import Config, ConfigError, GeneratorSource
+
+
+class EndpointUnavailable(ConfigError):
+    """The configured endpoint cannot serve this run; the message names the URL."""
+
+
+def public_url(url: str) -> str:
+    """The URL with any user:password masked (safe for logs and messages)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def check_sources(cfg: Config, base_dir: str | Path | None = None) -> None:
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    for i, entry in enumerate(cfg.entries):
+        if isinstance(entry.source, GeneratorSource):
+            continue
+        path = Path(entry.source)
+        full = path if path.is_absolute() else base / path
+        if not full.exists():
+            raise ConfigError(
+                f"entries[{i}].source: {entry.source}: file not found (relative "
+                f"paths are relative to the working directory {base})"
+            )
+        if full.is_file() and full.stat().st_size == 0:
+            raise ConfigError(
+                f"entries[{i}].source: {entry.source}: file is empty; entry "
+                f"{entry.label!r} would have no tasks"
+            )
+
+
+def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:
+    """Raise EndpointUnavailable (or ConfigError for an unset key variable) unless the
+    endpoint answers, accepts the key and serves the model. No-op in serve mode."""
+    if cfg.engine.mode != "endpoint" or not cfg.engine.base_url:
+        return
+    from rewardprof.engine.session import api_key_from_env
+
+    try:
+        key = api_key_from_env(cfg)
+    except RuntimeError as exc:
+        raise ConfigError(str(exc)) from None
+    url = cfg.engine.base_url.rstrip("/") + "/models"
+    shown = public_url(url)
+    headers = {}
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is not None:  # urllib cannot take user:password from the URL itself
+        host = parts.hostname + (f":{parts.port}" if parts.port else "")
+        url = urllib.parse.urlunsplit(parts._replace(netloc=host))
+        userinfo = f"{parts.username}:{parts.password or ''}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(userinfo).decode()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            payload = json.loads(resp.read().decode("utf-8", "replace"))
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            source = (
+                f"from ${cfg.engine.api_key_env}"
+                if cfg.engine.api_key_env
+                else "(none sent: set engine.api_key_env)"
+            )
+            raise EndpointUnavailable(
+                f"engine.base_url: {shown} rejected the API key {source} (HTTP {exc.code})"
+            ) from None
+        raise EndpointUnavailable(
+            f"engine.base_url: {shown} answered HTTP {exc.code}; is "
+            f"this an OpenAI-compatible /v1 URL?"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EndpointUnavailable(
+            f"engine.base_url: {shown} is not reachable ({reason}); "
+            f"start the server or fix engine.base_url"
+        ) from None
+    except ValueError:
+        raise EndpointUnavailable(
+            f"engine.base_url: {shown} did not answer JSON; is this an OpenAI-compatible /v1 URL?"
+        ) from None
+    served = (
+        [m.get("id") for m in payload.get("data", []) if isinstance(m, dict)]
+        if isinstance(payload, dict)
+        else []
+    )
+    if served and cfg.model_name not in served:
+        raise EndpointUnavailable(
+            f"engine.base_url: {shown} does not serve model {cfg.model_name!r} (it serves: "
+            f"{', '.join(map(str, served[:10]))}); set engine.served_model_name or engine.model"
+        )
+
+
+def endpoint_problem(cfg: Config) -> str | None:
+    """check_endpoint as a message (None when fine), for the Snakefile's onstart.
+    REWARDPROF_NO_PREFLIGHT=1 skips it (an endpoint only the compute nodes can reach)."""
+    if os.environ.get("REWARDPROF_NO_PREFLIGHT", "") not in ("", "0"):
+        return None
+    try:
+        check_endpoint(cfg)
+    except ConfigError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,63 @@
+"""Where the rollout client sends its requests: an existing endpoint, or a server we start.
+
+`engine_session(cfg, log_path)` is the one entry point: a context manager yielding an Endpoint.
+Endpoint mode yields the configured base URL; serve mode starts vLLM inside the job (see
+rewardprof.engine.server), waits until it serves the expected model, and stops it on exit, on
+failure and on SIGTERM. If the server dies mid-run the session raises EngineError carrying the
+server's last log lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rewardprof.core.config import Config
+from rewardprof.engine.server import EngineError
+
+__all__ = ["Endpoint", "EngineError", "api_key_from_env", "engine_session"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str  # .../v1
+    model: str  # the name sent in requests
+    api_key: str | None = None
+    identity: str = "endpoint"  # engine id recorded on every rollout (never the key)
+
+    def __repr__(self) -> str:  # keep the key out of logs and tracebacks
+        return f"Endpoint(base_url={self.base_url!r}, model={self.model!r})"
+
+
+def api_key_from_env(cfg: Config) -> str | None:
+    name = cfg.engine.api_key_env
+    if not name:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError(f"engine.api_key_env: environment variable {name} is not set")
+    return value
+
+
+@contextmanager
+def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[Endpoint]:
+    if cfg.engine.mode == "endpoint":
+        assert cfg.engine.base_url is not None
+        from rewardprof.engine.preflight import check_endpoint, public_url
+
+        check_endpoint(cfg)  # down, wrong key or wrong model: one line naming the URL, now
+        # the identity is recorded on every rollout: never with a URL's user:password
+        yield Endpoint(
+            cfg.engine.base_url,
+            cfg.model_name,
+            api_key_from_env(cfg),
+            identity=f"endpoint:{public_url(cfg.engine.base_url)}",
+        )
+        return
+    from rewardprof.engine.server import serve
+
+    with serve(cfg, log_path) as server:
+        yield Endpoint(server.base_url, cfg.model_name, None, identity=server.identity)

@@ -1,0 +1,79 @@
+"""Procedural task sources: an entry's `source` may be a generator spec instead of a file.
+
+`generate_rows(GeneratorSource)` yields rows one at a time, in NeMo Gym form (the prompt under
+`responses_create_params.input`) plus the fields the matching environment verifies with. The same
+(task, size, seed, config) always yields the same rows, so no dataset is downloaded and a rerun
+materializes the same tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from rewardprof.core.config import ConfigError, GeneratorSource
+
+
+class GeneratorError(ConfigError):
+    """A generator spec that cannot produce tasks (unknown task, bad config)."""
+
+
+def json_safe(value: Any) -> Any:
+    """Metadata as plain JSON: tuples and sets become lists, other objects their str()."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((json_safe(v) for v in value), key=repr)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "item"):  # numpy scalars
+        return json_safe(value.item())
+    return str(value)
+
+
+def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
+    import reasoning_gym
+
+    from rewardprof.environments.reasoning_gym import ANSWER_INSTRUCTION
+
+    if src.task not in reasoning_gym.factory.DATASETS:
+        raise GeneratorError(f"reasoning_gym: unknown task {src.task!r}")
+    try:
+        dataset = reasoning_gym.create_dataset(src.task, size=src.size, seed=src.seed, **src.config)
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise GeneratorError(f"reasoning_gym {src.task}: bad config {src.config}: {exc}") from None
+    for i in range(src.size):
+        item = dataset[i]
+        meta = json_safe(item.get("metadata") or {})
+        meta.setdefault("source_dataset", src.task)
+        row = {
+            "responses_create_params": {
+                "input": [
+                    {"role": "user", "content": f"{item['question']}\n\n{ANSWER_INSTRUCTION}"}
+                ],
+            },
+            "question": item["question"],
+            "answer": json_safe(item.get("answer")),
+            "task": src.task,
+            "metadata": meta,
+        }
+        json.dumps(row)  # every row must survive the tasks table's JSON column
+        yield row
+
+
+GENERATORS = {"reasoning_gym": _reasoning_gym_rows}
+
+
+def generate_rows(source: GeneratorSource) -> Iterator[dict[str, Any]]:
+    """Yield the rows of a generator source, one at a time."""
+    try:
+        gen = GENERATORS[source.generator]
+    except KeyError:
+        raise GeneratorError(f"unknown generator {source.generator!r}") from None
+    yield from gen(source)

@@ -1,0 +1,249 @@
+"""export: the filtered, re-weighted training set, in each entry's source row format.
+
+Every kept task's original row (the `sample` column of the profile: the source row as JSON) is
+written back with the profile fields attached under `export.profile_key` (`reward_profile`),
+one JSONL file per label and one combined file, plus a kept/dropped report per label.
+
+Keep rules (config `export`, applied in this order; a dropped task is counted under the first
+rule that drops it): fewer than `min_rollouts` scored rollouts (`no_rollouts`), pass rate 0
+(`all_fail`), pass rate 1 (`all_pass`), below `min_pass_rate`, above `max_pass_rate`, below
+`min_grpo_signal` (`low_grpo_signal`), and last, a label whose `target_share` is 0
+(`zero_target_share`: 0 leaves the label out of every export file, not in with weight 0).
+
+Weights: with `target_share` {label: share}, every kept task of label l gets
+    weight_l = share_l / sum(shares) * kept_total / kept_l
+so the weights sum to kept_total and label l holds share_l of the total weight. A label with a
+share but no kept task cannot reach its target; the other shares are renormalized and the
+report says so. Without target_share every weight is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rewardprof.core.atomic import atomic_path, write_json_atomic
+from rewardprof.core.config import Config
+from rewardprof.core.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
+
+REASONS = [
+    "no_rollouts",
+    "all_fail",
+    "all_pass",
+    "below_min_pass_rate",
+    "above_max_pass_rate",
+    "low_grpo_signal",
+    "zero_target_share",
+]
+PROFILE_FIELDS = [
+    "task_index",
+    "task_id",
+    "label",
+    "environment",
+    "num_rollouts",
+    "expected_num_rollouts",
+    "num_passed",
+    "pass_rate",
+    "pass_rate_excl_truncated",
+    "pass_rate_ci_low",
+    "pass_rate_ci_high",
+    "grpo_signal",
+    "grpo_signal_pass",
+    "mean/reward",
+    "std/reward",
+    "mean/output_tokens",
+    "num_failed",
+    "num_truncated",
+]
+
+
+def _num(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy().astype(float)  # nulls -> NaN
+
+
+def drop_reasons(cfg: Config, table: pa.Table) -> np.ndarray:
+    """Per task: -1 when kept, else the index in REASONS of the first rule that drops it."""
+    ex = cfg.export
+    rate = _num(table, ex.pass_rate_column)
+    n = _num(table, "num_rollouts")
+    signal = _num(table, "grpo_signal")
+    rules = [
+        (n < ex.min_rollouts) | np.isnan(rate),
+        (rate == 0) if ex.drop_all_fail else None,
+        (rate == 1) if ex.drop_all_pass else None,
+        (rate < ex.min_pass_rate) if ex.min_pass_rate is not None else None,
+        (rate > ex.max_pass_rate) if ex.max_pass_rate is not None else None,
+        ~(signal >= ex.min_grpo_signal) if ex.min_grpo_signal is not None else None,
+        _zero_share(table, ex.target_share),
+    ]
+    reason = np.full(table.num_rows, -1, dtype=np.int64)
+    for i, mask in enumerate(rules):
+        if mask is not None:
+            reason[(reason == -1) & mask] = i
+    return reason
+
+
+def _zero_share(table: pa.Table, share: dict[str, float]) -> np.ndarray | None:
+    """Tasks of labels with target share 0 (None when there are none)."""
+    zero = [lbl for lbl, s in share.items() if s == 0]
+    if not zero:
+        return None
+    return np.isin(table.column("label").to_numpy(), zero)
+
+
+def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str, float], list]:
+    """weight per label (see the module doc) and notes on targets that cannot be met."""
+    share = cfg.export.target_share
+    if not share:
+        return {lbl: 1.0 for lbl in kept_per_label}, []
+    notes = [
+        f"{lbl}: target share {share[lbl]} but no task kept"
+        for lbl, k in kept_per_label.items()
+        if share.get(lbl, 0) > 0 and k == 0
+    ]
+    reachable = {lbl: share.get(lbl, 0.0) for lbl, k in kept_per_label.items() if k > 0}
+    total_share = sum(reachable.values())
+    total_kept = sum(kept_per_label.values())
+    weights = {}
+    for lbl, k in kept_per_label.items():
+        s = reachable.get(lbl, 0.0)
+        weights[lbl] = (s / total_share * total_kept / k) if (k and total_share) else 0.0
+    return weights, notes
+
+
+def export(
+    cfg: Config, profile_path: str | Path, report_path: str | Path, out_dir: str | Path
+) -> dict[str, Any]:
+    out = Path(out_dir)
+    table = pq.read_table(profile_path)
+    report = json.loads(Path(report_path).read_text())
+    reason = drop_reasons(cfg, table)
+    ti = table.column("task_index").to_numpy()
+    entry_rows, kept_per_label = [], {}
+    for e in report["entries"]:
+        in_range = (ti >= e["start"]) & (ti < e["end"])
+        kept_per_label[e["label"]] = int((in_range & (reason == -1)).sum())
+        entry_rows.append(in_range)
+    weights, notes = label_weights(cfg, kept_per_label)
+    weight = np.zeros(table.num_rows)
+    for e, in_range in zip(report["entries"], entry_rows, strict=True):
+        weight[in_range] = weights[e["label"]]
+
+    kept = reason == -1
+    kept_table = table.filter(pa.array(kept))
+    fields = [f for f in PROFILE_FIELDS if f in table.column_names]
+    fields += [c for c in table.column_names if c.startswith("pass@")]
+    prof = kept_table.select(fields).append_column("weight", pa.array(weight[kept]))
+    _write_files(kept_table, prof, ti[kept], report, out, cfg.export.profile_key)
+
+    total_kept = int(kept.sum())
+    labels = []
+    for e, in_range in zip(report["entries"], entry_rows, strict=True):
+        dropped = reason[in_range]
+        labels.append(
+            {
+                "label": e["label"],
+                "environment": e["environment"],
+                "tasks": int(in_range.sum()),
+                "kept": kept_per_label[e["label"]],
+                "dropped": int((dropped >= 0).sum()),
+                "dropped_by": {r: int((dropped == i).sum()) for i, r in enumerate(REASONS)},
+                "weight": round(weights[e["label"]], 9),
+                "kept_share": round(kept_per_label[e["label"]] / total_kept, 9)
+                if total_kept
+                else None,
+                "target_share": cfg.export.target_share.get(e["label"]),
+            }
+        )
+    result = {
+        "run": cfg.run,
+        "rules": cfg.export.model_dump(mode="json"),
+        "tasks": table.num_rows,
+        "kept": total_kept,
+        "dropped": table.num_rows - total_kept,
+        "labels": labels,
+        "notes": notes,
+    }
+    write_json_atomic(out / "report.json", result)
+    return result
+
+
+def _write_files(
+    kept: pa.Table, prof: pa.Table, kept_ti: np.ndarray, report: dict[str, Any], out: Path, key: str
+) -> None:
+    """combined.jsonl and by_label/<label>.jsonl, written slice by slice (an Arrow string array
+    holds at most 2 GB; a sweep's export is more than that as text)."""
+    entries = report["entries"]
+    starts = np.array([e["start"] for e in entries])
+    entry_of = np.searchsorted(starts, kept_ti, side="right") - 1
+    with ExitStack() as stack:
+
+        def open_atomic(path: Path):
+            return stack.enter_context(stack.enter_context(atomic_path(path)).open("wb"))
+
+        combined = open_atomic(out / "combined.jsonl")
+        per_label = [open_atomic(out / "by_label" / f"{e['label']}.jsonl") for e in entries]
+        for start in range(0, kept.num_rows, SLICE_ROWS):
+            sl = slice(start, start + SLICE_ROWS)
+            lines = _attach(
+                kept.column("sample").slice(start, SLICE_ROWS),
+                json_objects(prof.slice(start, SLICE_ROWS)),
+                key,
+            )
+            write_chunks(lines, combined)
+            for i in np.unique(entry_of[sl]):
+                write_chunks(lines.filter(pa.array(entry_of[sl] == i)), per_label[i])
+
+
+def _attach(samples: pa.ChunkedArray, profiles: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
+    """Each source row (JSON object text) with `key: <profile object>` added."""
+    samples = pc.cast(samples, pa.string())
+    clash = pc.match_substring(samples, json.dumps(key) + ":")
+    if not pc.any(clash).as_py():
+        return with_key(samples, key, profiles)
+    # a row that already has the key (e.g. re-exporting an export): replace it, in Python
+    out = []
+    for s, p, c in zip(samples.to_pylist(), profiles.to_pylist(), clash.to_pylist(), strict=True):
+        if c:
+            row = json.loads(s)
+            row[key] = json.loads(p)
+            s = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+        else:
+            body = s.rstrip()[:-1]
+            s = body + ("," if body.strip() != "{" else "") + json.dumps(key) + ":" + p + "}"
+        out.append(s)
+    return pa.chunked_array([pa.array(out, pa.string())])
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rewardprof.cli import _config
+
+    res = export(_config(args), args.profile, args.report, args.out)
+    for lab in res["labels"]:
+        dropped = ", ".join(f"{k} {v}" for k, v in lab["dropped_by"].items() if v) or "none"
+        print(
+            f"{lab['label']}: kept {lab['kept']} of {lab['tasks']} (dropped: {dropped}); "
+            f"weight {lab['weight']:.4g}"
+        )
+    for note in res["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    from rewardprof.cli import _add_config
+
+    p = sub.add_parser("export", help="filtered, re-weighted training set from a profile")
+    _add_config(p)
+    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
+    p.add_argument("--report", required=True, help="materialize/report.json (index ranges)")
+    p.add_argument("--out", required=True, help="export directory")
+    p.set_defaults(func=_cmd_export)

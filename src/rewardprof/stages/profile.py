@@ -1,0 +1,199 @@
+"""profile: one row per task with its reward distribution, split per entry by index range.
+
+Rewards are over ok rollouts only; failures are counted by kind (`num_failed/<kind>`) and never
+enter a mean as 0 (an "ok" record without a reward counts as a verifier_error, so every task has
+num_rollouts + num_failed + missing_num_rollouts == expected_num_rollouts). A rollout passes
+when reward >= profile.pass_threshold. Token statistics are over every rollout that produced a
+completion. Every column is computed with whole-array
+operations keyed by task position (np.bincount, one pandas groupby for min/max/median), so a
+sweep of millions of rollouts profiles in seconds; docs/profile.md defines each column.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rewardprof.core.atomic import atomic_path, write_json_atomic
+from rewardprof.core.config import Config
+from rewardprof.core.jsonl import write_table_jsonl
+from rewardprof.core.schemas import OK, FailureKind
+from rewardprof.core.stats import grpo_signal_array, interval_arrays, pass_at_k_array
+from rewardprof.stages.profile_summary import format_table, label_summary, overall_summary
+
+_ROLLOUT_COLS = [
+    "task_index",
+    "rollout_index",
+    "status",
+    "reward",
+    "finish_reason",
+    "completion_tokens",
+]
+VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
+_TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
+
+
+def _positions(tasks: pd.DataFrame, task_index: np.ndarray) -> np.ndarray:
+    """Row position of each rollout's task in `tasks` (-1 when the task is not there)."""
+    ti = tasks["task_index"].to_numpy()
+    if len(ti) and ti[0] == 0 and ti[-1] == len(ti) - 1 and (np.diff(ti) == 1).all():
+        pos = task_index.astype(np.int64)
+        pos[(pos < 0) | (pos >= len(ti))] = -1
+        return pos
+    return pd.Index(ti).get_indexer(task_index)
+
+
+def _describe(pos: np.ndarray, values: np.ndarray, num_tasks: int, name: str) -> dict[str, Any]:
+    """mean/std (population)/min/max/median of `values` per task position; NaN for none."""
+    count = np.bincount(pos, minlength=num_tasks).astype(float)
+    total = np.bincount(pos, weights=values, minlength=num_tasks)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+        # second pass on deviations: no cancellation from sum-of-squares
+        dev = values - mean[pos]
+        var = np.bincount(pos, weights=dev * dev, minlength=num_tasks) / count
+    agg = pd.Series(values).groupby(pos).agg(["min", "max", "median"]).reindex(range(num_tasks))
+    return {
+        f"mean/{name}": mean,
+        f"std/{name}": np.sqrt(var),
+        f"min/{name}": agg["min"].to_numpy(),
+        f"max/{name}": agg["max"].to_numpy(),
+        f"median/{name}": agg["median"].to_numpy(),
+    }
+
+
+def _reward_value_signal(
+    pos: np.ndarray, reward: np.ndarray, n_ok: np.ndarray, group_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(1 - sum_v q_v^G, number of distinct reward values) per task; see stats.py."""
+    num_tasks = len(n_ok)
+    if not len(pos):
+        return np.full(num_tasks, np.nan), np.zeros(num_tasks, dtype=np.int64)
+    counts = (
+        pd.DataFrame({"pos": pos, "v": np.round(reward, 9)})
+        .groupby(["pos", "v"], sort=False)
+        .size()
+    )
+    p_of = counts.index.get_level_values("pos").to_numpy()
+    q = counts.to_numpy() / n_ok[p_of]
+    same = np.bincount(p_of, weights=q**group_size, minlength=num_tasks)
+    distinct = np.bincount(p_of, minlength=num_tasks)
+    return np.where(n_ok > 0, 1.0 - same, np.nan), distinct
+
+
+def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
+    p = cfg.profile
+    T = len(tasks)
+    pos_all = _positions(tasks, rollouts["task_index"].to_numpy())
+    known = pos_all >= 0
+    r = rollouts if known.all() else rollouts[known]  # no copy of millions of rows if all known
+    pos = pos_all[known]
+    # status as category codes: comparing millions of Python strings costs seconds and GBs
+    status_cat = pd.Categorical(r["status"])
+    codes, kinds = status_cat.codes, list(status_cat.categories)
+    is_ok = codes == (kinds.index(OK) if OK in kinds else -2)
+    reward = r["reward"].to_numpy(dtype=float, na_value=np.nan)
+    ok = is_ok & ~np.isnan(reward)
+    # "ok" without a reward (older runs; rollout now records verifier_error) is a verifier
+    # failure, so ok + failed + missing == expected for every task
+    no_reward = is_ok & ~ok
+    truncated = (r["finish_reason"] == "length").to_numpy()
+    tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
+    has_tokens = ~np.isnan(tokens)
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(pos[mask], minlength=T)
+
+    # .array keeps Arrow-backed strings as they are (no object-array round trip)
+    cols: dict[str, Any] = {
+        c: tasks[c].array for c in ("task_index", "task_id", "label", "environment")
+    }
+    cols.update(_describe(pos[ok], reward[ok], T, "reward"))
+    cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
+    n = count(ok)
+    expected = tasks["num_repeats"].to_numpy().astype(np.int64)
+    cols["num_rollouts"] = n
+    cols["expected_num_rollouts"] = expected
+    cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
+    failed = ~ok
+    cols["num_failed"] = count(failed)
+    for kind in sorted(set(kinds) - {OK} | ({VERIFIER_ERROR} if no_reward.any() else set())):
+        of_kind = codes == (kinds.index(kind) if kind in kinds else -2)
+        cols[f"num_failed/{kind}"] = count(
+            of_kind | no_reward if kind == VERIFIER_ERROR else of_kind
+        )
+    cols["num_truncated"] = count(truncated)
+    passed = ok & (reward >= p.pass_threshold)
+    c = count(passed)
+    cols["num_passed"] = c
+    # pass rates with and without truncated rollouts (a truncated answer is rarely right)
+    n_full, c_full = count(ok & ~truncated), count(passed & ~truncated)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
+        cols["pass_rate"] = rate
+        cols["pass_rate_excl_truncated"] = np.where(
+            n_full > 0, c_full / np.maximum(n_full, 1), np.nan
+        )
+    for k in p.pass_at_k:
+        cols[f"pass@{k}"] = pass_at_k_array(n, c, k)
+    lo, hi = interval_arrays(c, n, p.ci_level, p.ci_method)
+    cols["pass_rate_ci_low"], cols["pass_rate_ci_high"] = lo, hi
+    signal, distinct = _reward_value_signal(pos[ok], reward[ok], n, p.group_size)
+    cols["grpo_signal"] = signal
+    cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
+    cols["num_distinct_rewards"] = distinct
+    cols["sample"] = tasks["row"].array
+    return pd.DataFrame(cols)
+
+
+def read_inputs(
+    tasks_path: str | Path, rollouts_path: str | Path
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    tasks = pq.read_table(tasks_path, columns=_TASK_COLS).to_pandas()
+    rollouts = pq.read_table(rollouts_path, columns=_ROLLOUT_COLS).to_pandas()
+    return tasks, rollouts
+
+
+def write_profile(
+    cfg: Config,
+    tasks_path: str | Path,
+    rollouts_path: str | Path,
+    report_path: str | Path,
+    out_dir: str | Path,
+) -> dict[str, Any]:
+    out = Path(out_dir)
+    tasks, rollouts = read_inputs(tasks_path, rollouts_path)
+    report = json.loads(Path(report_path).read_text())
+    prof = task_profile(cfg, tasks, rollouts)
+    table = pa.Table.from_pandas(prof, preserve_index=False)
+    with atomic_path(out / "tasks.parquet") as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    write_table_jsonl(table, out / "tasks.jsonl", raw=("sample",))
+    for e in report["entries"]:
+        part = table.filter(
+            pc.and_(
+                pc.greater_equal(table["task_index"], e["start"]),
+                pc.less(table["task_index"], e["end"]),
+            )
+        )
+        with atomic_path(out / "by_label" / f"{e['label']}.parquet") as tmp:
+            pq.write_table(part, tmp, compression="zstd")
+    labels = label_summary(prof.drop(columns="sample"), report, rollouts)
+    summary = {
+        "run": cfg.run,
+        "num_tasks": len(prof),
+        "profile": cfg.profile.model_dump(mode="json"),
+        "labels": labels,
+        "overall": overall_summary(prof),
+    }
+    write_json_atomic(out / "summary.json", summary)
+    print(format_table(labels), file=sys.stdout, flush=True)
+    return summary

@@ -1,0 +1,234 @@
+"""report: plots and tables of a profile, for `snakemake --report report.html` (rules/report.smk).
+
+Writes into one directory:
+  pass_rate_hist.png       pass-rate histogram per label (environment entry)
+  tokens_vs_pass_rate.png  mean output tokens vs pass rate: per task (up to 20k sampled) and
+                           per label
+  failures.png             failure rate by kind and truncation rate per label
+  labels.csv               the per-label summary table
+  export.csv               kept/dropped per label (when an export report is given)
+Needs matplotlib (`pip install rewardprof[report]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from rewardprof.core.atomic import atomic_path
+
+LABEL_COLUMNS = [
+    "label",
+    "environment",
+    "tasks",
+    "rollouts",
+    "expected_rollouts",
+    "failed",
+    "truncated",
+    "mean_reward",
+    "mean_pass_rate",
+    "mean_pass_rate_excl_truncated",
+    "share_pass_rate_0",
+    "share_pass_rate_1",
+    "share_useful",
+    "mean_grpo_signal",
+    "mean_output_tokens",
+    "failure_rate",
+    "truncation_rate",
+]
+MAX_POINTS = 20000
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise SystemExit(
+            "rewardprof report: matplotlib is missing; pip install 'rewardprof[report]'"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+
+
+def pass_rate_histograms(labels: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    cols = min(4, max(1, len(labels)))
+    rows = math.ceil(len(labels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax in axes.flat[len(labels) :]:
+        ax.axis("off")
+    for ax, lab in zip(axes.flat, labels, strict=False):
+        hist = lab["pass_rate_histogram"]
+        edges = np.array(hist["edges"])
+        ax.bar(
+            edges[:-1],
+            hist["counts"],
+            width=np.diff(edges),
+            align="edge",
+            edgecolor="white",
+            color="tab:blue",
+        )
+        ax.set_title(f"{lab['label']} ({lab['environment']})", fontsize=9)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("pass rate", fontsize=8)
+        ax.set_ylabel("tasks", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("Pass rate per task, by label")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    t = pq.read_table(profile_path, columns=["label", "pass_rate", "mean/output_tokens"])
+    rate = t.column("pass_rate").to_numpy().astype(float)
+    tokens = t.column("mean/output_tokens").to_numpy().astype(float)
+    keep = ~np.isnan(rate) & ~np.isnan(tokens)
+    idx = np.flatnonzero(keep)
+    if len(idx) > MAX_POINTS:
+        idx = np.sort(np.random.default_rng(0).choice(idx, MAX_POINTS, replace=False))
+    names = np.asarray(t.column("label").to_pylist(), dtype=object)[idx]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    jitter = np.random.default_rng(1).uniform(-0.01, 0.01, len(idx))
+    many = len(labels) > 10
+    for lab in labels:
+        mine = names == lab["label"]
+        left.scatter(
+            rate[idx][mine] + jitter[mine],
+            tokens[idx][mine],
+            s=6,
+            alpha=0.5,
+            label=None if many else lab["label"],
+            color="tab:blue" if many else None,
+        )
+    left.set_xlabel("pass rate")
+    left.set_ylabel("mean output tokens")
+    left.set_title(f"per task ({len(idx)} of {int(keep.sum())} shown)")
+    if not many and labels:
+        left.legend(fontsize=7)
+    for lab in labels:
+        if lab["mean_pass_rate"] is not None and lab["mean_output_tokens"] is not None:
+            right.scatter(lab["mean_pass_rate"], lab["mean_output_tokens"], s=30)
+            right.annotate(
+                lab["label"],
+                (lab["mean_pass_rate"], lab["mean_output_tokens"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    right.set_xlim(-0.05, 1.05)
+    right.set_xlabel("mean pass rate")
+    right.set_ylabel("mean output tokens")
+    right.set_title("per label")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
+    plt = _plt()
+    kinds = sorted({k for lab in labels for k in lab.get("failed_by_kind", {})})
+    names = [lab["label"] for lab in labels]
+    y = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * max(len(labels), 2)))
+    left = np.zeros(len(labels))
+    for kind in kinds:
+        rates = np.array(
+            [
+                lab["failed_by_kind"].get(kind, 0) / lab["expected_rollouts"]
+                if lab["expected_rollouts"]
+                else 0.0
+                for lab in labels
+            ]
+        )
+        ax.barh(y - 0.2, rates, height=0.4, left=left, label=f"failed: {kind}")
+        left += rates
+    trunc = [lab["truncation_rate"] or 0.0 for lab in labels]
+    ax.barh(y + 0.2, trunc, height=0.4, color="tab:gray", label="truncated (length)")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of expected rollouts")
+    ax.set_title("Failures by kind and truncation, by label")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _write_csv(path: Path, cols: list[str], rows: list[dict[str, Any]]) -> None:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
+
+
+def write_report(
+    profile_path: str | Path,
+    summary_path: str | Path,
+    out_dir: str | Path,
+    export_report: str | Path | None = None,
+) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = json.loads(Path(summary_path).read_text())
+    labels = summary["labels"]
+    pass_rate_histograms(labels, out / "pass_rate_hist.png")
+    tokens_vs_pass_rate(Path(profile_path), labels, out / "tokens_vs_pass_rate.png")
+    failure_bars(labels, out / "failures.png")
+    _write_csv(out / "labels.csv", LABEL_COLUMNS, labels)
+    written = [
+        out / n
+        for n in ("pass_rate_hist.png", "tokens_vs_pass_rate.png", "failures.png", "labels.csv")
+    ]
+    if export_report:
+        ex = json.loads(Path(export_report).read_text())
+        reasons = sorted({k for lab in ex["labels"] for k in lab["dropped_by"]})
+        rows = [
+            {**lab, **{f"dropped/{k}": lab["dropped_by"][k] for k in reasons}}
+            for lab in ex["labels"]
+        ]
+        cols = [
+            "label",
+            "environment",
+            "tasks",
+            "kept",
+            "dropped",
+            *[f"dropped/{k}" for k in reasons],
+            "weight",
+            "kept_share",
+            "target_share",
+        ]
+        _write_csv(out / "export.csv", cols, rows)
+        written.append(out / "export.csv")
+    return written
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    for p in write_report(args.profile, args.summary, args.out, args.export_report):
+        print(p)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="plots and tables of a profile (for snakemake --report)")
+    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
+    p.add_argument("--summary", required=True, help="profile/summary.json")
+    p.add_argument("--export-report", default=None, help="export/report.json (optional)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=_cmd_report)

@@ -1,0 +1,104 @@
+"""The shard's declared output: every (task_index, rollout_index) of its tasks, from the journal.
+
+Written once generation is done, atomically, and only when the shard is complete and its
+terminal failures are within `rollout.max_failed_fraction`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rewardprof.core.atomic import atomic_path
+from rewardprof.core.config import Config
+from rewardprof.core.schemas import OK, ROLLOUT_SCHEMA
+from rewardprof.stages.rollout.collected import resolve
+from rewardprof.stages.rollout.journal import read_rows, scan_journal
+
+log = logging.getLogger("rewardprof.stages.rollout")
+
+
+class ShardIncomplete(RuntimeError):
+    """Too many terminal failures (over max_failed_fraction): no output is written."""
+
+
+def write_output(
+    cfg: Config,
+    tasks: pd.DataFrame,
+    journal_dir: Path,
+    gen_key: str,
+    shard_tag: str,
+    out_path: Path,
+) -> dict[str, Any]:
+    """Resolve the journal for `tasks` (task_index, task_id, num_repeats) and write the
+    winners' full records to `out_path`; return the shard summary."""
+    scan = scan_journal(journal_dir)
+    tasks = tasks[["task_index", "task_id", "num_repeats"]]
+    col = resolve(scan, tasks, gen_key)
+    expected = int(tasks["num_repeats"].sum())
+    by_status = col.winners["status"].value_counts().to_dict()
+    failed = sum(v for k, v in by_status.items() if k != OK)
+    summary = {
+        "shard": shard_tag,
+        "expected": expected,
+        "present": len(col.winners),
+        "ok": int(by_status.get(OK, 0)),
+        "failed": int(failed),
+        "by_status": {k: int(v) for k, v in sorted(by_status.items())},
+        "rekeyed": col.rekeyed,
+    }
+    if len(col.winners) != expected:
+        raise ShardIncomplete(
+            f"{shard_tag}: {expected - len(col.winners)} of {expected} "
+            f"rollouts missing after generation"
+        )
+    limit = cfg.rollout.max_failed_fraction
+    if expected and failed / expected > limit:
+        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
+        raise ShardIncomplete(
+            f"{shard_tag}: {failed} of {expected} rollouts failed terminally ({kinds}), "
+            f"over rollout.max_failed_fraction={limit:g}; rerun the shard to retry them"
+        )
+    picks: dict[int, list[int]] = {}
+    new_index: dict[tuple[int, int], int] = {}
+    for src, row, ti in zip(
+        col.winners["_src"], col.winners["_row"], col.winners["task_index"], strict=True
+    ):
+        picks.setdefault(int(src), []).append(int(row))
+        new_index[(int(src), int(row))] = int(ti)
+    sources: Counter[str] = Counter()
+    with (
+        atomic_path(out_path) as tmp,
+        pq.ParquetWriter(tmp, ROLLOUT_SCHEMA, compression="zstd") as w,
+    ):
+        for src, table in zip(sorted(picks), read_rows(scan, picks), strict=True):
+            if col.rekeyed:  # records that followed their task_id get its current index
+                idx = [new_index[(src, r)] for r in picks[src]]
+                table = table.set_column(0, "task_index", pa.array(idx, pa.int64()))
+            for v in pc.value_counts(table.column("completion_tokens_source")).to_pylist():
+                sources[v["values"] or "none"] += v["counts"]
+            w.write_table(table)
+    # how completion_tokens were counted: "apportioned" ones depend on request batching
+    summary["completion_tokens_source"] = dict(sorted(sources.items()))
+    return summary
+
+
+def remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
+    """A killed attempt of this shard may have left a half-written segment or output temp
+    file (never read: their names start with '.'). Holding the shard lock, no live writer of
+    this shard owns one, so they go."""
+    stale = [
+        *journal.glob(f".{shard_tag}-*.parquet.tmp"),
+        *out_path.parent.glob(f".{out_path.name}.tmp-*"),
+    ]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        log.info("%s: removed %d temp files left by a killed attempt", shard_tag, len(stale))

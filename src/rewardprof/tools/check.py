@@ -1,0 +1,318 @@
+"""check: verify, read-only, the invariants of a run directory (results/<run>/).
+
+  - the tasks table is indexed 0..T-1 and the materialize report's [start, end) ranges cover it
+  - shards/<i>-of-<N>.parquet partition the tasks exactly (each task in exactly one shard, the
+    one with task_index % N == i, with the same task_id)
+  - every rollout in rollouts/<i>-of-<N>.parquet belongs to shard i
+  - no duplicate (task_index, rollout_index), within a shard output or across them, nor in the
+    merged dataset; rollout_index within [0, num_repeats)
+  - every rollout's task_id matches its task (shard outputs and merged dataset)
+  - the merged rollouts.parquet holds exactly the union of the shard outputs
+  - every label has rollouts, and every label is complete (all of tasks x num_repeats present)
+  - every rollout, in the shard outputs and the merged dataset, has one and the same gen_key
+    (model, sampling and seed scheme: shards made before a change are not mixed with new ones)
+
+Only key columns are read (never completion text). Exit 0 when all hold, else 1 with the list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+_LAYOUT = re.compile(r"^(\d+)-of-(\d+)\.parquet$")
+
+
+def _layouts(directory: Path) -> dict[int, dict[int, Path]]:
+    out: dict[int, dict[int, Path]] = {}
+    if directory.is_dir():
+        for p in directory.iterdir():
+            m = _LAYOUT.match(p.name)
+            if m:
+                out.setdefault(int(m.group(2)), {})[int(m.group(1))] = p
+    return out
+
+
+def _num_shards(run: Path, given: int | None, problems: list[str]) -> int | None:
+    if given:
+        return given
+    merge_report = run / "merge_report.json"
+    if merge_report.exists():
+        shards = json.loads(merge_report.read_text()).get("shards") or []
+        ns = {int(m.group(2)) for s in shards if (m := _LAYOUT.match(Path(s).name))}
+        if len(ns) == 1:
+            return ns.pop()
+    found = sorted(set(_layouts(run / "rollouts")) | set(_layouts(run / "shards")))
+    if len(found) == 1:
+        return found[0]
+    problems.append(
+        f"{run}: cannot tell the shard count (layouts found: {found or 'none'}); pass --num-shards"
+    )
+    return None
+
+
+def _keys(path: Path, cols: list[str]) -> dict[str, np.ndarray]:
+    t = pq.read_table(path, columns=cols)
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in cols}
+
+
+def _first(mask: np.ndarray, values: np.ndarray) -> int:
+    return int(values[np.flatnonzero(mask)[0]])
+
+
+class _Tasks:
+    def __init__(self, path: Path):
+        k = _keys(path, ["task_index", "task_id", "label", "num_repeats"])
+        self.index, self.id = k["task_index"].astype(np.int64), k["task_id"].astype(object)
+        self.label, self.repeats = k["label"].astype(object), k["num_repeats"].astype(np.int64)
+        self.T = len(self.index)
+
+    def id_mismatch(self, ti: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(unknown task_index mask, task_id mismatch mask) for rollout keys."""
+        unknown = (ti < 0) | (ti >= self.T)
+        safe = np.where(unknown, 0, ti)
+        wrong = ~unknown & (self.id[safe] != tid.astype(object))
+        return unknown, wrong
+
+
+def _rollout_problems(
+    where: str, k: dict[str, np.ndarray], tasks: _Tasks, problems: list[str]
+) -> None:
+    ti, ri = k["task_index"].astype(np.int64), k["rollout_index"].astype(np.int64)
+    unknown, wrong = tasks.id_mismatch(ti, k["task_id"])
+    if unknown.any():
+        problems.append(
+            f"{where}: {int(unknown.sum())} rollouts for task_index outside the "
+            f"tasks table (first {_first(unknown, ti)})"
+        )
+    if wrong.any():
+        problems.append(
+            f"{where}: {int(wrong.sum())} rollouts carry a task_id that does not "
+            f"match their task (first task_index {_first(wrong, ti)})"
+        )
+    known = ~unknown
+    bad_ri = known & ((ri < 0) | (ri >= tasks.repeats[np.where(known, ti, 0)]))
+    if bad_ri.any():
+        problems.append(
+            f"{where}: {int(bad_ri.sum())} rollouts with rollout_index outside "
+            f"[0, num_repeats) (first task_index {_first(bad_ri, ti)})"
+        )
+    _duplicates(where, ti, ri, problems)
+
+
+def _pair_keys(ti: np.ndarray, ri: np.ndarray) -> np.ndarray:
+    return ti.astype(np.int64) * (1 << 20) + ri.astype(np.int64)
+
+
+def _duplicates(where: str, ti: np.ndarray, ri: np.ndarray, problems: list[str]) -> None:
+    keys, counts = np.unique(_pair_keys(ti, ri), return_counts=True)
+    if (counts > 1).any():
+        k = int(keys[counts > 1][0])
+        problems.append(
+            f"{where}: {int((counts > 1).sum())} duplicate (task_index, "
+            f"rollout_index) pairs (first ({k >> 20}, {k & ((1 << 20) - 1)}))"
+        )
+
+
+def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[str], dict]:
+    """All problems found (empty when the run directory is sound) and a few counts."""
+    run = Path(run_dir)
+    problems: list[str] = []
+    tasks_path, report_path = run / "materialize/tasks.parquet", run / "materialize/report.json"
+    for p in (tasks_path, report_path):
+        if not p.exists():
+            return [f"{p}: missing (not a materialized run directory)"], {}
+    tasks = _Tasks(tasks_path)
+    report = json.loads(report_path.read_text())
+    if not np.array_equal(tasks.index, np.arange(tasks.T)):
+        problems.append(f"{tasks_path}: task_index is not 0..{tasks.T - 1} in order")
+    expect = 0
+    for e in report["entries"]:
+        if e["start"] != expect or e["end"] < e["start"]:
+            problems.append(
+                f"{report_path}: entry {e['label']!r} covers [{e['start']}, "
+                f"{e['end']}), expected to start at {expect}"
+            )
+        lab = tasks.label[e["start"] : e["end"]]
+        if len(lab) and (lab != e["label"]).any():
+            problems.append(
+                f"{report_path}: tasks [{e['start']}, {e['end']}) are not all "
+                f"labelled {e['label']!r} in the tasks table"
+            )
+        expect = e["end"]
+    if expect != tasks.T:
+        problems.append(f"{report_path}: entries cover [0, {expect}) but there are {tasks.T} tasks")
+
+    n = _num_shards(run, num_shards, problems)
+    counts: dict[str, Any] = {"tasks": tasks.T, "num_shards": n}
+    shard_keys: list[np.ndarray] = []
+    if n is not None:
+        _check_shard_tasks(run, n, tasks, problems)
+        shard_keys = _check_shard_outputs(run, n, tasks, problems)
+    union = np.concatenate(shard_keys) if shard_keys else np.empty(0, np.int64)
+
+    merged_path = run / "rollouts.parquet"
+    keys_by_file: dict[str, dict[str, int]] = {}
+    if n is not None:
+        for i in range(n):
+            p = run / "rollouts" / f"{i}-of-{n}.parquet"
+            if p.exists():
+                keys_by_file[str(p)] = _gen_keys(p)
+    if merged_path.exists():
+        keys_by_file[str(merged_path)] = _gen_keys(merged_path)
+    _check_gen_keys(keys_by_file, problems)
+    if merged_path.exists():
+        k = _keys(merged_path, ["task_index", "rollout_index", "task_id"])
+        _rollout_problems(str(merged_path), k, tasks, problems)
+        merged = _pair_keys(k["task_index"], k["rollout_index"])
+        if n is not None:
+            only_merged = np.setdiff1d(merged, union)
+            only_shards = np.setdiff1d(union, merged)
+            if len(only_merged) or len(only_shards) or len(merged) != len(union):
+                problems.append(
+                    f"{merged_path}: not the union of the shard outputs "
+                    f"({len(only_merged)} pairs only in the merge, "
+                    f"{len(only_shards)} only in the shards; {len(merged)} rows "
+                    f"vs {len(union)})"
+                )
+        present = merged
+    else:
+        problems.append(f"{merged_path}: missing (run the merge)")
+        present = union
+    counts["rollouts"] = len(present)
+    _check_labels(report, tasks, present, problems)
+    return problems, counts
+
+
+def _gen_keys(path: Path) -> dict[str, int]:
+    counts = pc.value_counts(pq.read_table(path, columns=["gen_key"]).column("gen_key"))
+    return {str(v["values"]): int(v["counts"]) for v in counts.to_pylist()}
+
+
+def _check_gen_keys(keys_by_file: dict[str, dict[str, int]], problems: list[str]) -> None:
+    """One gen_key everywhere: rollouts of another model, sampling setup or seed scheme (e.g.
+    a shard output written before an upgrade, next to new ones) are not one dataset."""
+    files: dict[str, list[str]] = {}
+    for f, counts in keys_by_file.items():
+        for key in counts:
+            files.setdefault(key, []).append(Path(f).name)
+    if len(files) > 1:
+        where = "; ".join(
+            f"{key} in {', '.join(names[:3])}"
+            f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+            for key, names in sorted(files.items())
+        )
+        problems.append(
+            f"rollouts carry {len(files)} different gen_keys (model, sampling or "
+            f"seed scheme): {where}; rerun the shards of the old setup"
+        )
+
+
+def _check_shard_tasks(run: Path, n: int, tasks: _Tasks, problems: list[str]) -> None:
+    seen = np.zeros(tasks.T, dtype=np.int64)
+    for i in range(n):
+        p = run / "shards" / f"{i}-of-{n}.parquet"
+        if not p.exists():
+            problems.append(f"{p}: missing")
+            continue
+        k = _keys(p, ["task_index", "task_id"])
+        ti = k["task_index"].astype(np.int64)
+        unknown, wrong = tasks.id_mismatch(ti, k["task_id"])
+        other = ~unknown & (ti % n != i)
+        if unknown.any():
+            problems.append(f"{p}: {int(unknown.sum())} tasks not in the tasks table")
+        if other.any():
+            problems.append(
+                f"{p}: {int(other.sum())} tasks belong to another shard "
+                f"(first task_index {_first(other, ti)})"
+            )
+        if wrong.any():
+            problems.append(
+                f"{p}: {int(wrong.sum())} tasks whose task_id differs from the "
+                f"tasks table (first task_index {_first(wrong, ti)})"
+            )
+        np.add.at(seen, ti[~unknown], 1)
+    if (seen == 0).any():
+        problems.append(
+            f"{run / 'shards'}: {int((seen == 0).sum())} tasks are in no shard "
+            f"(first task_index {int(np.flatnonzero(seen == 0)[0])})"
+        )
+    if (seen > 1).any():
+        problems.append(
+            f"{run / 'shards'}: {int((seen > 1).sum())} tasks are in more than "
+            f"one shard (first task_index {int(np.flatnonzero(seen > 1)[0])})"
+        )
+
+
+def _check_shard_outputs(run: Path, n: int, tasks: _Tasks, problems: list[str]) -> list:
+    out = []
+    for i in range(n):
+        p = run / "rollouts" / f"{i}-of-{n}.parquet"
+        if not p.exists():
+            problems.append(f"{p}: missing (shard {i} has not finished)")
+            continue
+        k = _keys(p, ["task_index", "rollout_index", "task_id"])
+        ti = k["task_index"].astype(np.int64)
+        other = ti % n != i
+        if other.any():
+            problems.append(
+                f"{p}: {int(other.sum())} rollouts belong to another shard's task "
+                f"(first task_index {_first(other, ti)})"
+            )
+        _rollout_problems(str(p), k, tasks, problems)
+        out.append(_pair_keys(ti, k["rollout_index"]))
+    if out:
+        _duplicates(
+            f"{run / 'rollouts'} (across shards)",
+            np.concatenate(out) >> 20,
+            np.concatenate(out) & ((1 << 20) - 1),
+            problems,
+        )
+    return out
+
+
+def _check_labels(report: dict, tasks: _Tasks, present: np.ndarray, problems: list[str]) -> None:
+    ti = np.unique(present) >> 20  # distinct pairs only
+    for e in report["entries"]:
+        have = int(((ti >= e["start"]) & (ti < e["end"])).sum())
+        want = int(tasks.repeats[e["start"] : e["end"]].sum())
+        if have == 0:
+            problems.append(f"label {e['label']!r}: no rollouts at all")
+        elif have < want:
+            problems.append(
+                f"label {e['label']!r}: incomplete, {have} of {want} rollouts "
+                f"present ({want - have} missing)"
+            )
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    problems, counts = check_run(args.run_dir, args.num_shards)
+    if problems:
+        print(f"{args.run_dir}: {len(problems)} problem(s):")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print(
+        f"ok: {args.run_dir}: {counts['tasks']} tasks, {counts['rollouts']} rollouts, "
+        f"{counts['num_shards']} shards; every invariant holds"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("check", help="verify the invariants of a run directory (read-only)")
+    p.add_argument("run_dir", help="results/<run>")
+    p.add_argument(
+        "--num-shards",
+        type=int,
+        default=None,
+        help="shard layout to check (default: from merge_report.json / file names)",
+    )
+    p.set_defaults(func=_cmd_check)

@@ -1,0 +1,402 @@
+"""estimate: size a full sweep from a pilot run's per-rollout timings.
+
+Measured from the pilot (results/<run>/), assuming the full sweep runs the same model, sampling
+and engine on the same kind of hardware:
+
+* engine time: per rollout job (journal writer), the span from its first request to its last
+  finished rollout: what the job held its GPUs for while generating (verification stalls
+  included). Summed over jobs, times --gpus-per-engine, this is the pilot's GPU-hours.
+* per label: the GPU-hours are split over labels in proportion to their output tokens (+1 per
+  rollout): a batched engine spends its time decoding, so long-output environments cost more.
+  `--cost-by latency` splits by engine latency per sample instead (a request's latency over its
+  n samples), which also charges queueing behind other requests in flight. Rollouts per
+  GPU-hour = the label's rollouts / its share of GPU-hours.
+* startup overhead per job: the rollout rule's benchmark (benchmarks/rollout/*.tsv) minus the
+  job's generation span: engine start, loading the shard, writing outputs.
+* useful fraction at K: a task is useful to GRPO when its K samples are not all equal; with the
+  pilot's per-task pass rate p that happens with probability 1 - p^K - (1-p)^K, averaged over
+  the pilot's tasks of that label (plug-in estimate; failed tasks count as not useful).
+
+For the target config, each label's tasks are counted from its source (after `limit`), or given
+with --tasks LABEL=N. Labels absent from the pilot borrow the rate of pilot labels with the same
+environment, else the pilot's overall rate (the output says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.core.config import Config, GeneratorSource, load_config
+
+_COLS = [
+    "task_index",
+    "status",
+    "request_n",
+    "latency_s",
+    "started_at",
+    "finished_at",
+    "completion_tokens",
+    "writer",
+]
+
+
+def _label_of(report: dict[str, Any], task_index: np.ndarray) -> np.ndarray:
+    starts = np.array([e["start"] for e in report["entries"]])
+    idx = np.searchsorted(starts, task_index, side="right") - 1
+    return np.array([e["label"] for e in report["entries"]], dtype=object)[np.clip(idx, 0, None)]
+
+
+def _startup_overhead(run: Path, spans: pd.Series) -> float | None:
+    """Mean (benchmark seconds - generation span of the job's last writer) over rollout jobs."""
+    out = []
+    for tsv in sorted((run / "benchmarks" / "rollout").glob("*.tsv")):
+        shard = tsv.stem.replace("-of-", "of")  # writer ids start with s<i>of<N>-
+        mine = spans[[w for w in spans.index if str(w).startswith(f"s{shard}-")]]
+        with tsv.open() as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+        if rows and len(mine):
+            out.append(max(0.0, float(rows[-1]["s"]) - float(mine.iloc[-1])))
+    return float(np.mean(out)) if out else None
+
+
+def measure_pilot(
+    run_dir: str | Path, gpus_per_engine: int = 1, cost_by: str = "tokens"
+) -> dict[str, Any]:
+    run = Path(run_dir)
+    report = json.loads((run / "materialize/report.json").read_text())
+    r = pq.read_table(run / "rollouts.parquet", columns=_COLS).to_pandas()
+    r = r.sort_values("started_at", kind="stable")
+    spans = r.groupby("writer", sort=False).agg(
+        first=("started_at", "min"), last=("finished_at", "max")
+    )
+    span_s = (spans["last"] - spans["first"]).clip(lower=0)
+    engine_s = float(span_s.sum())
+    gpu_h = engine_s * gpus_per_engine / 3600
+    r["label"] = _label_of(report, r["task_index"].to_numpy())
+    if cost_by == "latency":
+        r["cost"] = r["latency_s"].fillna(0) / r["request_n"].fillna(1).clip(lower=1)
+    else:  # a batched engine's time goes mostly to decoding: output tokens (+1 per rollout)
+        r["cost"] = r["completion_tokens"].fillna(0).astype(float) + 1.0
+    total_cost = float(r["cost"].sum()) or 1.0
+    prof = pq.read_table(run / "profile/tasks.parquet", columns=["label", "pass_rate"]).to_pandas()
+    labels = {}
+    for e in report["entries"]:
+        mine = r[r["label"] == e["label"]]
+        share = float(mine["cost"].sum()) / total_cost
+        lab_gpu_h = gpu_h * share
+        rates = prof.loc[prof["label"] == e["label"], "pass_rate"].to_numpy(dtype=float)
+        labels[e["label"]] = {
+            "environment": e["environment"],
+            "tasks": e["end"] - e["start"],
+            "num_repeats": e["num_repeats"],
+            "rollouts": len(mine),
+            "mean_output_tokens": _r(mine["completion_tokens"].mean()),
+            "gpu_hours": _r(lab_gpu_h, 6),
+            "cost_share": _r(share),
+            "rollouts_per_gpu_hour": _r(len(mine) / lab_gpu_h) if lab_gpu_h > 0 else None,
+            "pass_rates": rates.tolist(),
+        }
+    return {
+        "run_dir": str(run),
+        "rollouts": len(r),
+        "jobs": len(spans),
+        "engine_hours": _r(engine_s / 3600, 6),
+        "gpu_hours": _r(gpu_h, 6),
+        "gpus_per_engine": gpus_per_engine,
+        "cost_by": cost_by,
+        "rollouts_per_gpu_hour": _r(len(r) / gpu_h) if gpu_h > 0 else None,
+        "output_tokens_per_gpu_hour": _r(r["completion_tokens"].sum() / gpu_h)
+        if gpu_h > 0
+        else None,
+        "startup_overhead_s": _r(_startup_overhead(run, span_s)),
+        "labels": labels,
+    }
+
+
+def useful_fraction(pass_rates: list[float], k: int) -> float | None:
+    p = np.asarray(pass_rates, dtype=float)
+    if not len(p):
+        return None
+    p = np.where(np.isnan(p), -1, p)  # a task without scored rollouts is never useful
+    useful = np.where(p < 0, 0.0, 1 - np.clip(p, 0, 1) ** k - (1 - np.clip(p, 0, 1)) ** k)
+    return float(useful.mean())
+
+
+def count_tasks(
+    cfg: Config, base_dir: Path | None = None, skip: set[str] | None = None
+) -> dict[str, int]:
+    """Tasks per entry of a config, without materializing (line / row counts, then limit)."""
+    from rewardprof.sources.files import resolve_source
+
+    out = {}
+    for e in cfg.entries:
+        if e.label in (skip or ()):
+            continue
+        if isinstance(e.source, GeneratorSource):
+            n = e.source.size
+        else:
+            path = resolve_source(e, base_dir)
+            if path.suffix == ".parquet":
+                n = pq.ParquetFile(path).metadata.num_rows
+            else:
+                with path.open("rb") as f:
+                    n = sum(1 for line in f if line.strip())
+        out[e.label] = min(n, e.limit) if e.limit else n
+    return out
+
+
+def estimate(
+    pilot: dict[str, Any],
+    target: Config,
+    gpus: int,
+    gpus_per_engine: int = 1,
+    tasks: dict[str, int] | None = None,
+    base_dir: Path | None = None,
+) -> dict[str, Any]:
+    given = dict(tasks or {})
+    unknown = set(given) - {e.label for e in target.entries}
+    if unknown:
+        raise ValueError(f"--tasks: unknown label(s) {', '.join(sorted(unknown))}")
+    counts = {**count_tasks(target, base_dir, skip=set(given)), **given}
+    by_env: dict[str, list[dict]] = {}
+    for lab in pilot["labels"].values():
+        by_env.setdefault(lab["environment"], []).append(lab)
+    rows, total_h, total_rollouts, total_useful = [], 0.0, 0, 0.0
+    for e in target.entries:
+        if e.label in pilot["labels"] and pilot["labels"][e.label]["rollouts_per_gpu_hour"]:
+            src, basis = pilot["labels"][e.label], "label"
+            rate = src["rollouts_per_gpu_hour"]
+            rates = src["pass_rates"]
+        elif e.environment in by_env:
+            group, basis = by_env[e.environment], f"environment {e.environment}"
+            h = sum(x["gpu_hours"] for x in group)
+            rate = sum(x["rollouts"] for x in group) / h if h else None
+            rates = [p for x in group for p in x["pass_rates"]]
+        else:
+            basis, rate, rates = (
+                "overall",
+                pilot["rollouts_per_gpu_hour"],
+                [p for x in pilot["labels"].values() for p in x["pass_rates"]],
+            )
+        n_tasks = counts[e.label]
+        rollouts = n_tasks * e.num_repeats
+        hours = rollouts / rate if rate else math.nan
+        useful = useful_fraction(rates, e.num_repeats)
+        useful_tasks = n_tasks * useful if useful is not None else math.nan
+        rows.append(
+            {
+                "label": e.label,
+                "environment": e.environment,
+                "basis": basis,
+                "tasks": n_tasks,
+                "num_repeats": e.num_repeats,
+                "rollouts": rollouts,
+                "rollouts_per_gpu_hour": _r(rate),
+                "gpu_hours": _hours(hours),
+                "useful_fraction": _r(useful),
+                "useful_tasks": _r(useful_tasks, 1),
+                "useful_tasks_per_gpu_hour": _r(useful_tasks / hours) if hours else None,
+            }
+        )
+        total_h += hours
+        total_rollouts += rollouts
+        total_useful += useful_tasks
+    engines = max(1, gpus // gpus_per_engine)
+    jobs = target.num_shards
+    overhead_h = (pilot["startup_overhead_s"] or 0.0) / 3600
+    per_job_h = total_h / gpus_per_engine / jobs
+    waves = math.ceil(jobs / engines)
+    wall_h = waves * (per_job_h + overhead_h)
+    return {
+        "pilot": {k: v for k, v in pilot.items() if k != "labels"},
+        "pilot_labels": [
+            {
+                "label": k,
+                **{a: b for a, b in v.items() if a != "pass_rates"},
+                f"useful_fraction_at_k{v['num_repeats']}": _r(
+                    useful_fraction(v["pass_rates"], v["num_repeats"])
+                ),
+            }
+            for k, v in pilot["labels"].items()
+        ],
+        "target": {
+            "run": target.run,
+            "gpus": gpus,
+            "gpus_per_engine": gpus_per_engine,
+            "engines": engines,
+            "rollout_jobs": jobs,
+            "waves": waves,
+        },
+        "labels": rows,
+        "total": {
+            "tasks": sum(r["tasks"] for r in rows),
+            "rollouts": total_rollouts,
+            "gpu_hours": _hours(total_h),
+            "gpu_hours_with_startup": _hours(total_h + jobs * overhead_h * gpus_per_engine),
+            "wall_hours": _hours(wall_h),
+            "useful_tasks": _r(total_useful, 1),
+            "useful_tasks_per_gpu_hour": _r(total_useful / total_h) if total_h else None,
+        },
+    }
+
+
+def _r(x: Any, nd: int = 3) -> float | None:
+    return (
+        None
+        if x is None or (isinstance(x, float) and not math.isfinite(x)) or pd.isna(x)
+        else round(float(x), nd)
+    )
+
+
+def _hours(x: float) -> float | None:
+    """Hours to 5 significant figures: a small pilot's 0.0689 h and a sweep's 1,234.5 h keep
+    the same relative precision (fixed decimals turned the total of 0.0689 h into 0.069)."""
+    return None if not math.isfinite(x) else float(f"{x:.5g}")
+
+
+def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append(
+            "| "
+            + " | ".join(
+                "-"
+                if r.get(c) is None
+                else f"{r[c]:,}"
+                if isinstance(r[c], int | float)
+                else str(r[c])
+                for c in cols
+            )
+            + " |"
+        )
+    return out
+
+
+def to_markdown(res: dict[str, Any]) -> str:
+    p, t, tot = res["pilot"], res["target"], res["total"]
+    lines = [
+        f"# Sizing estimate: {t['run']} from pilot {p['run_dir']}",
+        "",
+        f"Pilot: {p['rollouts']:,} rollouts in {p['jobs']} rollout job(s), "
+        f"{p['gpu_hours']} GPU-hours of generation ({p['gpus_per_engine']} GPU(s) per "
+        f"engine): {p['rollouts_per_gpu_hour']:,} rollouts and "
+        f"{p['output_tokens_per_gpu_hour']:,} output tokens per GPU-hour; startup "
+        f"overhead {p['startup_overhead_s']} s per job; GPU-hours split over labels by "
+        f"{'output tokens' if p.get('cost_by', 'tokens') == 'tokens' else 'latency'}.",
+        "",
+        "## Pilot, per label",
+        "",
+    ]
+    pk = (
+        [k for k in res["pilot_labels"][0] if k.startswith("useful_fraction")]
+        if res["pilot_labels"]
+        else []
+    )
+    lines += _md_table(
+        res["pilot_labels"],
+        [
+            "label",
+            "environment",
+            "tasks",
+            "rollouts",
+            "mean_output_tokens",
+            "cost_share",
+            "rollouts_per_gpu_hour",
+            *pk[:1],
+        ],
+    )
+    lines += [
+        "",
+        f"## Full config on {t['gpus']} GPU(s) ({t['engines']} engine(s), "
+        f"{t['rollout_jobs']} rollout jobs in {t['waves']} wave(s))",
+        "",
+    ]
+    lines += _md_table(
+        res["labels"],
+        [
+            "label",
+            "basis",
+            "tasks",
+            "num_repeats",
+            "rollouts",
+            "rollouts_per_gpu_hour",
+            "gpu_hours",
+            "useful_fraction",
+            "useful_tasks",
+            "useful_tasks_per_gpu_hour",
+        ],
+    )
+    lines += [
+        "",
+        f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
+        f"{tot['gpu_hours']:,} GPU-hours of generation "
+        f"({tot['gpu_hours_with_startup']:,} with engine startup), "
+        f"wall time ≈ {tot['wall_hours']:,} h on {t['gpus']} GPU(s); "
+        f"≈ {tot['useful_tasks']:,} useful tasks (0 < p < 1), "
+        f"{tot['useful_tasks_per_gpu_hour']} per GPU-hour.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    target = load_config(args.target_config)
+    tasks = {}
+    for item in args.tasks or []:
+        label, _, n = item.partition("=")
+        tasks[label] = int(n)
+    pilot = measure_pilot(args.run_dir, args.gpus_per_engine, args.cost_by)
+    res = estimate(
+        pilot,
+        target,
+        args.gpus,
+        args.gpus_per_engine,
+        tasks or None,
+        Path(args.base_dir) if args.base_dir else None,
+    )
+    md = to_markdown(res)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "estimate.md").write_text(md)
+        (out / "estimate.json").write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("estimate", help="GPU-hours and wall time of a full config from a pilot")
+    p.add_argument("run_dir", help="the pilot's results/<run>")
+    p.add_argument("--target-config", required=True, help="the full sweep's config")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs of the full sweep (default 8)")
+    p.add_argument(
+        "--gpus-per-engine",
+        type=int,
+        default=1,
+        help="GPUs per vLLM engine, pilot and sweep alike (default 1)",
+    )
+    p.add_argument(
+        "--tasks",
+        action="append",
+        metavar="LABEL=N",
+        help="task count of a label instead of counting its source (repeatable)",
+    )
+    p.add_argument(
+        "--cost-by",
+        choices=["tokens", "latency"],
+        default="tokens",
+        help="split the pilot's GPU-hours over labels by output tokens (default) or "
+        "by engine latency per sample",
+    )
+    p.add_argument("--base-dir", default=None, help="relative sources resolve here (default .)")
+    p.add_argument("--out", default=None, help="also write estimate.md + estimate.json here")
+    p.set_defaults(func=_cmd_estimate)
