@@ -32,8 +32,8 @@ from synth import Text, default_out, rollout_batch, tasks_table, write_parquet  
 
 from rewardprof.core.config import validate_config  # noqa: E402
 from rewardprof.core.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
+from rewardprof.stages import StagePaths, shard  # noqa: E402
 from rewardprof.stages.rollout.runner import gen_key  # noqa: E402
-from rewardprof.stages.shard import write_shard  # noqa: E402
 from rewardprof.testing.fake_server import FakeOpenAI  # noqa: E402
 
 K = 8
@@ -68,7 +68,10 @@ def prepare(d: Path, num_tasks: int, other_shards: int) -> None:
     (d / "journal").mkdir(parents=True)
     table, report = tasks_table(num_tasks, K)
     write_parquet(table, d / "all_tasks.parquet")
-    write_shard(d / "all_tasks.parquet", d / "tasks.parquet", 0, 1)  # as the shard rule does
+    one_shard = StagePaths(
+        tasks=d / "all_tasks.parquet", out=d / "tasks.parquet", shard=0, num_shards=1
+    )
+    shard.run(None, one_shard)  # as the shard rule does
     (d / "report.json").write_text(json.dumps(report))
     key = gen_key(validate_config(make_config(report, "http://x")), "fake-model")
     ids = table.column("task_id").to_numpy(zero_copy_only=False)

@@ -1,34 +1,49 @@
 """`rewardprof` command: one subcommand per stage; the Snakemake rules call these.
 
 Each stage takes its config as `--config FILE` (YAML/JSON) or `--config-json TEXT` (what the
-rules pass, so that Snakemake reruns a stage when the keys it depends on change).
+rules pass, so that Snakemake reruns a stage when the keys it depends on change). COMMANDS below
+is the one table of subcommands; a stage's handler turns its arguments into a StagePaths, calls
+the stage's `run(cfg, paths)` and logs the report. Errors of rewardprof (RewardprofError) are
+caught once, in `main`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
-from rewardprof.core.config import Config, ConfigError, load_config, validate_config
+from rewardprof.core.config import (
+    Config,
+    ConfigError,
+    json_schema,
+    load_config,
+    validate_config,
+)
+from rewardprof.core.errors import RewardprofError
+from rewardprof.engine import model
+from rewardprof.stages import StagePaths
+from rewardprof.tools import check, estimate, launch, slurm_config
 
-# Modules that add subcommands: each has `register(subparsers)`. One line per module.
-EXTRA_COMMAND_MODULES: list[str] = [
-    "rewardprof.engine.model",  # rewardprof model convert (the engine's builtin models)
-    "rewardprof.tools.launch",  # rewardprof launch --slurm, rewardprof install-profile
-    "rewardprof.stages.export",
-    "rewardprof.stages.report",
-    "rewardprof.tools.estimate",
-    "rewardprof.tools.check",
-]
+
+class Command(NamedTuple):
+    """One subcommand: `rewardprof <name>`."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    description: str | None = None
 
 
 def _config(args: argparse.Namespace) -> Config:
-    if getattr(args, "config_json", None):
+    if args.config_json:
         return validate_config(json.loads(args.config_json), origin="--config-json")
-    if getattr(args, "config", None):
+    if args.config:
         return load_config(args.config)
     raise ConfigError("give --config FILE or --config-json TEXT")
 
@@ -39,14 +54,20 @@ def _add_config(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config-json", help="config as JSON text")
 
 
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _schema_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--markdown", action="store_true", help="the reference of docs/config.md")
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.markdown:
-        from rewardprof.core.configdoc import render_markdown
+        from rewardprof.core.configdoc import render_markdown  # lazy: only this command loads it
 
         print(render_markdown(), end="")
         return 0
-    from rewardprof.core.config import json_schema
-
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -57,10 +78,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_materialize(args: argparse.Namespace) -> int:
-    from rewardprof.stages.materialize import materialize
+def _materialize_args(p: argparse.ArgumentParser) -> None:
+    _add_config(p)
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--report", required=True)
 
-    report = materialize(_config(args), args.tasks, args.report)
+
+def cmd_materialize(args: argparse.Namespace) -> int:
+    from rewardprof.stages import materialize  # lazy: only this command loads it
+
+    paths = StagePaths(tasks=Path(args.tasks), report=Path(args.report))
+    report = materialize.run(_config(args), paths)
     for e in report["entries"]:
         logging.info(
             "%s: %d of %d rows read -> tasks [%d, %d)",
@@ -73,30 +101,69 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_shard(args: argparse.Namespace) -> int:
-    from rewardprof.stages.shard import write_shard
+def _shard_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--shard", type=int, required=True)
+    p.add_argument("--num-shards", type=int, required=True)
 
-    n = write_shard(args.tasks, args.out, args.shard, args.num_shards)
-    logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, n)
+
+def cmd_shard(args: argparse.Namespace) -> int:
+    from rewardprof.stages import shard  # lazy: only this command loads it
+
+    paths = StagePaths(
+        tasks=Path(args.tasks), out=Path(args.out), shard=args.shard, num_shards=args.num_shards
+    )
+    report = shard.run(None, paths)
+    logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, report["num_tasks"])
     return 0
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
-    from rewardprof.engine.session import engine_session
-    from rewardprof.stages.rollout.runner import run_shard
+def _rollout_args(p: argparse.ArgumentParser) -> None:
+    _add_config(p)
+    p.add_argument("--tasks", required=True, help="the shard's tasks table")
+    p.add_argument("--journal", required=True, help="journal directory (shared by all shards)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--shard", type=int, required=True)
+    p.add_argument("--num-shards", type=int, required=True)
+    p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
 
-    cfg = _config(args)
-    tag = f"s{args.shard}of{args.num_shards}"
-    with engine_session(cfg, args.engine_log) as endpoint:
-        summary = run_shard(cfg, endpoint, args.tasks, args.journal, args.out, tag)
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rewardprof.stages import rollout  # lazy: only this command loads it
+
+    paths = StagePaths(
+        tasks=Path(args.tasks),
+        journal=Path(args.journal),
+        out=Path(args.out),
+        shard=args.shard,
+        num_shards=args.num_shards,
+        engine_log=_path(args.engine_log),
+    )
+    summary = rollout.run(_config(args), paths)
     logging.info("summary: %s", json.dumps(summary))
     return 0
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
-    from rewardprof.stages.merge import merge
+def _merge_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--journal", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--report", required=True)
+    p.add_argument("shards", nargs="+")
 
-    report = merge(args.shards, args.tasks, args.journal, args.out, args.report)
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from rewardprof.stages import merge  # lazy: only this command loads it
+
+    paths = StagePaths(
+        tasks=Path(args.tasks),
+        journal=Path(args.journal),
+        out=Path(args.out),
+        report=Path(args.report),
+        shards=tuple(Path(s) for s in args.shards),
+    )
+    report = merge.run(None, paths)
     logging.info("merged %d rollouts (%s)", report["num_rollouts"], report["by_status"])
     if report["orphaned_journal_records"]:
         logging.warning(
@@ -106,86 +173,136 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    from rewardprof.stages.profile import write_profile
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    _add_config(p)
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--rollouts", required=True)
+    p.add_argument("--report", required=True, help="materialize report (index ranges)")
+    p.add_argument("--out", required=True, help="profile output directory")
 
-    write_profile(_config(args), args.tasks, args.rollouts, args.report, args.out)
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from rewardprof.stages import profile  # lazy: only this command loads it
+    from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
+
+    paths = StagePaths(
+        tasks=Path(args.tasks),
+        rollouts=Path(args.rollouts),
+        report=Path(args.report),
+        out=Path(args.out),
+    )
+    summary = profile.run(_config(args), paths)
+    print(format_table(summary["labels"]), file=sys.stdout, flush=True)
     return 0
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    _add_config(p)
+    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
+    p.add_argument("--report", required=True, help="materialize/report.json (index ranges)")
+    p.add_argument("--out", required=True, help="export directory")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rewardprof.stages import export  # lazy: only this command loads it
+
+    paths = StagePaths(profile=Path(args.profile), report=Path(args.report), out=Path(args.out))
+    report = export.run(_config(args), paths)
+    for lab in report["labels"]:
+        dropped = ", ".join(f"{k} {v}" for k, v in lab["dropped_by"].items() if v) or "none"
+        print(
+            f"{lab['label']}: kept {lab['kept']} of {lab['tasks']} (dropped: {dropped}); "
+            f"weight {lab['weight']:.4g}"
+        )
+    for note in report["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
+    p.add_argument("--summary", required=True, help="profile/summary.json")
+    p.add_argument("--export-report", default=None, help="export/report.json (optional)")
+    p.add_argument("--out", required=True, help="output directory")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rewardprof.stages import report  # lazy: only this command loads it
+
+    paths = StagePaths(
+        profile=Path(args.profile),
+        summary=Path(args.summary),
+        export_report=_path(args.export_report),
+        out=Path(args.out),
+    )
+    for written in report.run(None, paths)["written"]:
+        print(written)
+    return 0
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("schema", "print the config JSON schema", _schema_args, cmd_schema),
+    Command("validate", "validate a config", _add_config, cmd_validate),
+    Command("materialize", "sources -> tasks table + report", _materialize_args, cmd_materialize),
+    Command("shard", "tasks of shard i of N", _shard_args, cmd_shard),
+    Command(
+        "rollout",
+        "generate + verify the missing rollouts of one shard",
+        _rollout_args,
+        cmd_rollout,
+    ),
+    Command("merge", "shard outputs -> rollouts dataset, checked", _merge_args, cmd_merge),
+    Command("profile", "per-task reward profile + summaries", _profile_args, cmd_profile),
+    Command(
+        "model", "Prepare the models the engine serves.", model.add_arguments, model.run_command
+    ),
+    Command(
+        "launch",
+        "run the Snakemake controller as a (requeued) Slurm job",
+        launch.add_arguments,
+        launch.run_command,
+        description="Submit `snakemake <args>` as a long, requeued Slurm job with submitit. "
+        "Arguments after `--` go to snakemake (default: --profile slurm).",
+    ),
+    Command(
+        "install-profile",
+        "install profiles/slurm so that `snakemake --profile slurm` finds it",
+        slurm_config.add_arguments,
+        slurm_config.run_command,
+    ),
+    Command(
+        "export", "filtered, re-weighted training set from a profile", _export_args, cmd_export
+    ),
+    Command(
+        "report",
+        "plots and tables of a profile (for snakemake --report)",
+        _report_args,
+        cmd_report,
+    ),
+    Command(
+        "estimate",
+        "GPU-hours and wall time of a full config from a pilot",
+        estimate.add_arguments,
+        estimate.run_command,
+    ),
+    Command(
+        "check",
+        "verify the invariants of a run directory (read-only)",
+        check.add_arguments,
+        check.run_command,
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardprof", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("schema", help="print the config JSON schema")
-    p.add_argument("--markdown", action="store_true", help="the reference of docs/config.md")
-    p.set_defaults(func=cmd_schema)
-
-    p = sub.add_parser("validate", help="validate a config")
-    _add_config(p)
-    p.set_defaults(func=cmd_validate)
-
-    p = sub.add_parser("materialize", help="sources -> tasks table + report")
-    _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--report", required=True)
-    p.set_defaults(func=cmd_materialize)
-
-    p = sub.add_parser("shard", help="tasks of shard i of N")
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
-    p.set_defaults(func=cmd_shard)
-
-    p = sub.add_parser("rollout", help="generate + verify the missing rollouts of one shard")
-    _add_config(p)
-    p.add_argument("--tasks", required=True, help="the shard's tasks table")
-    p.add_argument("--journal", required=True, help="journal directory (shared by all shards)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
-    p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
-    p.set_defaults(func=cmd_rollout)
-
-    p = sub.add_parser("merge", help="shard outputs -> rollouts dataset, checked")
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--journal", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--report", required=True)
-    p.add_argument("shards", nargs="+")
-    p.set_defaults(func=cmd_merge)
-
-    p = sub.add_parser("profile", help="per-task reward profile + summaries")
-    _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--rollouts", required=True)
-    p.add_argument("--report", required=True, help="materialize report (index ranges)")
-    p.add_argument("--out", required=True, help="profile output directory")
-    p.set_defaults(func=cmd_profile)
-
-    for module in EXTRA_COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        command.add_arguments(p)
+        p.set_defaults(handler=command.handler)
     return parser
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from rewardprof.engine.session import EngineError
-    from rewardprof.sources.files import SourceError
-    from rewardprof.stages.merge import MergeError
-    from rewardprof.stages.rollout.journal import JournalLocked
-    from rewardprof.stages.rollout.output import ShardIncomplete
-
-    return (
-        ConfigError,
-        SourceError,
-        MergeError,
-        ShardIncomplete,
-        JournalLocked,
-        EngineError,
-        FileNotFoundError,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,11 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.func(args) or 0)
-    except _known_errors() as exc:
+        return int(args.handler(args) or 0)
+    except (RewardprofError, FileNotFoundError) as exc:
         # one line naming the file/key and what to do; no traceback for bad input
         print(f"rewardprof {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code if isinstance(exc, RewardprofError) else 2
 
 
 if __name__ == "__main__":

@@ -16,8 +16,7 @@ from rewardprof.core.config import validate_config
 from rewardprof.engine.model import MARKER, convert_builtin, engine_python
 from rewardprof.engine.server import port_is_free, probe_engine
 from rewardprof.engine.session import EngineError
-from rewardprof.stages.materialize import materialize
-from rewardprof.stages.shard import write_shard
+from rewardprof.stages import StagePaths, materialize, shard
 
 FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm"
 REPO = Path(__file__).resolve().parents[2]
@@ -113,6 +112,7 @@ def make_shard(tmp: Path, k: int) -> tuple[dict, Path]:
     data["entries"] = [
         {"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"), "num_repeats": k}
     ]
-    materialize(validate_config(data), tmp / "tasks.parquet", tmp / "report.json")
-    write_shard(tmp / "tasks.parquet", tmp / "shard.parquet", 0, 1)
+    tasks = tmp / "tasks.parquet"
+    materialize.run(validate_config(data), StagePaths(tasks=tasks, report=tmp / "report.json"))
+    shard.run(None, StagePaths(tasks=tasks, out=tmp / "shard.parquet", shard=0, num_shards=1))
     return data, tmp / "shard.parquet"

@@ -17,8 +17,7 @@ import pytest
 from harness import shardkit as kit
 
 from rewardprof.engine.client import ChatClient
-from rewardprof.stages.merge import merge
-from rewardprof.stages.profile import write_profile
+from rewardprof.stages import StagePaths, merge, profile
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
 from rewardprof.stages.rollout.output import ShardIncomplete
 from rewardprof.stages.rollout.runner import run_shard, task_seed
@@ -247,15 +246,25 @@ def test_finish_reason_length_recorded_and_still_scored(tmp_path, server):
 
 
 def _profile(tmp_path, cfg, tasks) -> pd.DataFrame:
-    merge(
-        [tmp_path / "out.parquet"],
-        tasks,
-        tmp_path / "journal",
-        tmp_path / "rollouts.parquet",
-        tmp_path / "merge.json",
+    rollouts = tmp_path / "rollouts.parquet"
+    merge.run(
+        None,
+        StagePaths(
+            shards=(tmp_path / "out.parquet",),
+            tasks=tasks,
+            journal=tmp_path / "journal",
+            out=rollouts,
+            report=tmp_path / "merge.json",
+        ),
     )
-    write_profile(
-        cfg, tasks, tmp_path / "rollouts.parquet", tmp_path / "report.json", tmp_path / "profile"
+    profile.run(
+        cfg,
+        StagePaths(
+            tasks=tasks,
+            rollouts=rollouts,
+            report=tmp_path / "report.json",
+            out=tmp_path / "profile",
+        ),
     )
     return pd.read_parquet(tmp_path / "profile/tasks.parquet").set_index("task_index")
 

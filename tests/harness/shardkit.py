@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config, validate_config
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.materialize import materialize
+from rewardprof.stages import StagePaths, materialize
 from rewardprof.stages.rollout.runner import gen_key, task_seed
 
 MODEL = "fake-model"
@@ -95,7 +95,7 @@ def make_tasks(workdir: Path, cfg: Config, num_tasks: int) -> Path:
     """Source + materialized tasks table under workdir; returns the tasks path."""
     write_source(workdir / "data" / "m.jsonl", num_tasks)
     tasks = workdir / "tasks.parquet"
-    materialize(cfg, tasks, workdir / "report.json", base_dir=workdir)
+    materialize.run(cfg, StagePaths(tasks=tasks, report=workdir / "report.json", base_dir=workdir))
     return tasks
 
 

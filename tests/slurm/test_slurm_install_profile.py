@@ -46,7 +46,10 @@ def test_copy_install_detects_drift_and_force_replaces(tmp_path):
 
 def test_cli_refuses_a_directory_without_a_profile(tmp_path, capsys):
     assert main(["install-profile", "--from", str(tmp_path), "--dest", str(tmp_path / "d")]) == 2
-    assert "not a Snakemake profile" in capsys.readouterr().out
+    err = capsys.readouterr().err  # the one error line of cli.main
+    assert (
+        err.startswith("rewardprof install-profile: error: ") and "not a Snakemake profile" in err
+    )
 
 
 def test_controller_command_always_reruns_incomplete(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.stages import StagePaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
 from rewardprof.tools.estimate import estimate, useful_fraction
 
@@ -191,7 +192,10 @@ def test_export_files_written_in_slices(tmp_path, monkeypatch):
             }
         )
     )
-    res = ex.export(_cfg(), tmp_path / "p.parquet", tmp_path / "r.json", tmp_path / "out")
+    paths = StagePaths(
+        profile=tmp_path / "p.parquet", report=tmp_path / "r.json", out=tmp_path / "out"
+    )
+    res = ex.run(_cfg(), paths)
     assert (res["kept"], res["dropped"]) == (7, 3)
 
     def read(name):

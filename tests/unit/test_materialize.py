@@ -8,12 +8,16 @@ from helpers import math_row, write_jsonl
 
 from rewardprof.core.config import validate_config
 from rewardprof.sources.files import SourceError
-from rewardprof.stages.materialize import make_task_id, materialize
-from rewardprof.stages.shard import write_shard
+from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages.materialize import make_task_id
 
 
 def _cfg(entries):
     return validate_config({"entries": entries})
+
+
+def _materialize(cfg, tasks, report):
+    return materialize.run(cfg, StagePaths(tasks=tasks, report=report))
 
 
 def test_indices_by_cumulative_offsets_and_report(tmp_path):
@@ -25,7 +29,7 @@ def test_indices_by_cumulative_offsets_and_report(tmp_path):
             {"label": "b", "environment": "math", "source": str(b), "num_repeats": 2},
         ]
     )
-    report = materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+    report = _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     t = pq.read_table(tmp_path / "t.parquet").to_pandas()
     assert t["task_index"].tolist() == [0, 1, 2, 3, 4]
     assert t["label"].tolist() == ["a", "a", "b", "b", "b"]
@@ -57,7 +61,7 @@ def test_random_sample_is_seeded_uniform_and_keeps_source_order(tmp_path):
                 }
             ]
         )
-        rep = materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+        rep = _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
         assert rep["entries"][0]["rows_read"] == 200 and rep["entries"][0]["seed"] == seed
         lines = pq.read_table(tmp_path / "t.parquet").column("source_line").to_pylist()
         assert lines == sorted(lines) and len(set(lines)) == 10
@@ -80,7 +84,7 @@ def test_bad_rows_fail_with_path_line_and_leave_nothing(tmp_path, content, reaso
     src.write_bytes(content)
     cfg = _cfg([{"label": "a", "environment": "math", "source": str(src)}])
     with pytest.raises(SourceError) as info:
-        materialize(cfg, tmp_path / "out" / "t.parquet", tmp_path / "out" / "r.json")
+        _materialize(cfg, tmp_path / "out" / "t.parquet", tmp_path / "out" / "r.json")
     assert f"{src}:{reason}" in str(info.value)
     assert not any((tmp_path / "out").iterdir())
 
@@ -89,10 +93,10 @@ def test_empty_and_missing_sources(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     cfg = _cfg([{"label": "a", "environment": "math", "source": str(tmp_path / "empty.jsonl")}])
     with pytest.raises(SourceError, match="has no rows"):
-        materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     cfg = _cfg([{"label": "a", "environment": "math", "source": str(tmp_path / "nope.jsonl")}])
     with pytest.raises(SourceError, match="nope.jsonl: source file of entry 'a' not found"):
-        materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     assert not (tmp_path / "t.parquet").exists()
 
 
@@ -102,10 +106,13 @@ def test_parquet_source_and_shards_partition(tmp_path):
     rows = [math_row(f"q{i}", str(i)) for i in range(10)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "s.parquet")
     cfg = _cfg([{"label": "a", "environment": "math", "source": str(tmp_path / "s.parquet")}])
-    materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+    _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     seen = []
     for i in range(3):
-        n = write_shard(tmp_path / "t.parquet", tmp_path / f"{i}.parquet", i, 3)
+        paths = StagePaths(
+            tasks=tmp_path / "t.parquet", out=tmp_path / f"{i}.parquet", shard=i, num_shards=3
+        )
+        n = shard.run(None, paths)["num_tasks"]
         idx = pq.read_table(tmp_path / f"{i}.parquet").column("task_index").to_pylist()
         assert n == len(idx) and all(x % 3 == i for x in idx)
         seen += idx

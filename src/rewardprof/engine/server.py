@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rewardprof.core.config import Config
+from rewardprof.core.errors import RewardprofError
 from rewardprof.engine.model import engine_python, resolve_model
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ print(json.dumps(out))
 """
 
 
-class EngineError(RuntimeError):
+class EngineError(RewardprofError, RuntimeError):
     """The engine could not be started, or died; the message carries the server's last lines."""
 
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardprof.core.config import Config
+from rewardprof.core.config import Config, ConfigError
 from rewardprof.engine.server import EngineError
 
 __all__ = ["Endpoint", "EngineError", "api_key_from_env", "engine_session"]
@@ -38,7 +38,7 @@ def api_key_from_env(cfg: Config) -> str | None:
         return None
     value = os.environ.get(name)
     if not value:
-        raise RuntimeError(f"engine.api_key_env: environment variable {name} is not set")
+        raise ConfigError(f"engine.api_key_env: environment variable {name} is not set")
     return value
 
 

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import FailureKind
 
 
-class RowError(ValueError):
+class RowError(RewardprofError, ValueError):
     """A source row this environment cannot use; the message says what is missing."""
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.config import ConfigError
+from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
@@ -62,7 +63,7 @@ _FIELDS = {"question", "response", "reference", "rubric"}
 ENV_OPTIONS = ("prompt_template", "verdict_regex", "verdict_rewards", "score_max")
 
 
-class JudgeError(RuntimeError):
+class JudgeError(RewardprofError, RuntimeError):
     """The judge could not give a verdict (HTTP failure, retries exhausted, garbage reply)."""
 
 

@@ -33,13 +33,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rewardprof.core.errors import RewardprofError
+
 LAUNCHER = (Path(__file__).with_name("_sandbox_launcher.py")).read_text()
 _UID_BASE = 1_000_000
 _counter = itertools.count()
 _lock = threading.Lock()
 
 
-class SandboxError(RuntimeError):
+class SandboxError(RewardprofError, RuntimeError):
     """The sandbox itself could not run the program (not the program's fault)."""
 
 

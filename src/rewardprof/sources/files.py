@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.config import Entry, GeneratorSource
+from rewardprof.core.errors import RewardprofError
 
 
-class SourceError(ValueError):
+class SourceError(RewardprofError, ValueError):
     """A source that cannot be read; the message starts with `path:line:`."""
 
 

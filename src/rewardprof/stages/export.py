@@ -19,7 +19,6 @@ report says so. Without target_share every weight is 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
+from rewardprof.stages import StagePaths, StageReport
 
 REASONS = [
     "no_rollouts",
@@ -43,7 +43,7 @@ REASONS = [
     "low_grpo_signal",
     "zero_target_share",
 ]
-PROFILE_FIELDS = [
+_PROFILE_FIELDS = [
     "task_index",
     "task_id",
     "label",
@@ -119,12 +119,13 @@ def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str
     return weights, notes
 
 
-def export(
-    cfg: Config, profile_path: str | Path, report_path: str | Path, out_dir: str | Path
-) -> dict[str, Any]:
-    out = Path(out_dir)
-    table = pq.read_table(profile_path)
-    report = json.loads(Path(report_path).read_text())
+def run(cfg: Config, paths: StagePaths) -> StageReport:
+    """Export the tasks of the profile (paths.profile) that the keep rules keep, weighted, into
+    paths.out (split by the index ranges of the materialize report, paths.report); write the
+    kept/dropped report there (also returned)."""
+    out = paths.need("out")
+    table = pq.read_table(paths.need("profile"))
+    report = json.loads(paths.need("report").read_text())
     reason = drop_reasons(cfg, table)
     ti = table.column("task_index").to_numpy()
     entry_rows, kept_per_label = [], {}
@@ -139,7 +140,7 @@ def export(
 
     kept = reason == -1
     kept_table = table.filter(pa.array(kept))
-    fields = [f for f in PROFILE_FIELDS if f in table.column_names]
+    fields = [f for f in _PROFILE_FIELDS if f in table.column_names]
     fields += [c for c in table.column_names if c.startswith("pass@")]
     prof = kept_table.select(fields).append_column("weight", pa.array(weight[kept]))
     _write_files(kept_table, prof, ti[kept], report, out, cfg.export.profile_key)
@@ -221,29 +222,3 @@ def _attach(samples: pa.ChunkedArray, profiles: pa.ChunkedArray, key: str) -> pa
             s = body + ("," if body.strip() != "{" else "") + json.dumps(key) + ":" + p + "}"
         out.append(s)
     return pa.chunked_array([pa.array(out, pa.string())])
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from rewardprof.cli import _config
-
-    res = export(_config(args), args.profile, args.report, args.out)
-    for lab in res["labels"]:
-        dropped = ", ".join(f"{k} {v}" for k, v in lab["dropped_by"].items() if v) or "none"
-        print(
-            f"{lab['label']}: kept {lab['kept']} of {lab['tasks']} (dropped: {dropped}); "
-            f"weight {lab['weight']:.4g}"
-        )
-    for note in res["notes"]:
-        print(f"note: {note}")
-    return 0
-
-
-def register(sub: Any) -> None:
-    from rewardprof.cli import _add_config
-
-    p = sub.add_parser("export", help="filtered, re-weighted training set from a profile")
-    _add_config(p)
-    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
-    p.add_argument("--report", required=True, help="materialize/report.json (index ranges)")
-    p.add_argument("--out", required=True, help="export directory")
-    p.set_defaults(func=_cmd_export)

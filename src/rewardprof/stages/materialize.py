@@ -28,6 +28,7 @@ from rewardprof.sources.files import (
     resolve_source,
     source_name,
 )
+from rewardprof.stages import StagePaths, StageReport
 
 TASKS_SCHEMA = pa.schema(
     [
@@ -51,7 +52,7 @@ _CHUNK = 2048
 _PAGE_BYTES = 8 << 20
 
 
-def canonical_json(row: dict[str, Any]) -> str:
+def _canonical_json(row: dict[str, Any]) -> str:
     return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
@@ -100,7 +101,7 @@ def _entry_batches(
             messages = env.prompt(row)
         except RowError as exc:
             raise SourceError(f"{where}:{lineno}: {exc}") from None
-        row_json = canonical_json(row)
+        row_json = _canonical_json(row)
         cols["task_index"].append(index)
         cols["task_id"].append(make_task_id(entry.environment, row_json))
         cols["label"].append(entry.label)
@@ -118,11 +119,10 @@ def _entry_batches(
     stats_out.update(stats, rows_selected=index - start)
 
 
-def materialize(
-    cfg: Config, tasks_out: str | Path, report_out: str | Path, base_dir: str | Path | None = None
-) -> dict[str, Any]:
-    """Write the tasks table and the materialize report; return the report."""
-    base = Path(base_dir) if base_dir is not None else None
+def run(cfg: Config, paths: StagePaths) -> StageReport:
+    """Write the tasks table (paths.tasks) and the materialize report (paths.report, also
+    returned); relative sources resolve under paths.base_dir (default: the working directory)."""
+    tasks_out, report_out, base = paths.need("tasks"), paths.need("report"), paths.base_dir
     report: dict[str, Any] = {"run": cfg.run, "entries": [], "num_tasks": 0}
     offset = 0
     with atomic_path(tasks_out) as tmp_tasks:

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,12 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
+from rewardprof.core.config import Config
+from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import OK
+from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.journal import scan_journal
 
 
-class MergeError(RuntimeError):
-    pass
+class MergeError(RewardprofError, RuntimeError):
+    """The shard outputs do not make one complete, consistent dataset."""
 
 
 def _check_shard(
@@ -54,13 +56,13 @@ def _check_shard(
     return keys
 
 
-def merge(
-    shard_paths: list[str | Path],
-    tasks_path: str | Path,
-    journal_dir: str | Path,
-    out_dir: str | Path,
-    report_path: str | Path,
-) -> dict[str, Any]:
+def run(cfg: Config | None, paths: StagePaths) -> StageReport:
+    """Check the shard outputs (paths.shards, shard i at position i) against the tasks table
+    (paths.tasks) and the journal (paths.journal), link them as one dataset (paths.out) and
+    write the merge report (paths.report, also returned). Needs no config."""
+    shard_paths, tasks_path = paths.need("shards"), paths.need("tasks")
+    journal_dir, out_dir = paths.need("journal"), paths.need("out")
+    report_path = paths.need("report")
     tasks = (
         pq.read_table(tasks_path, columns=["task_index", "task_id", "label", "num_repeats"])
         .to_pandas()
@@ -69,7 +71,7 @@ def merge(
     num_shards = len(shard_paths)
     parts = []
     for i, p in enumerate(shard_paths):
-        parts.append(_check_shard(Path(p), i, num_shards, tasks))
+        parts.append(_check_shard(p, i, num_shards, tasks))
     keys = pd.concat(parts, ignore_index=True)
     dup = keys.duplicated(["task_index", "rollout_index"])
     if dup.any():
@@ -86,7 +88,7 @@ def merge(
             f"{n} (task_index, rollout_index) pairs missing or extra in the "
             f"shard outputs; rerun the affected shards"
         )
-    scan = scan_journal(Path(journal_dir))
+    scan = scan_journal(journal_dir)
     orphaned, orphaned_ids, rekeyed = _journal_counts(scan.keys, tasks)
     by_label = (
         keys.assign(label=keys["task_index"].map(tasks["label"]))
@@ -112,7 +114,7 @@ def merge(
             "journal records whose task is no longer in the tasks "
             "table (re-materialized); kept in the journal, not used"
         )
-    _link_dataset([Path(p) for p in shard_paths], Path(out_dir))
+    _link_dataset(list(shard_paths), out_dir)
     write_json_atomic(report_path, report)
     return report
 

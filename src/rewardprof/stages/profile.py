@@ -12,7 +12,6 @@ sweep of millions of rollouts profiles in seconds; docs/profile.md defines each 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ from rewardprof.core.config import Config
 from rewardprof.core.jsonl import write_table_jsonl
 from rewardprof.core.schemas import OK, FailureKind
 from rewardprof.core.stats import grpo_signal_array, interval_arrays, pass_at_k_array
-from rewardprof.stages.profile_summary import format_table, label_summary, overall_summary
+from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.profile_summary import label_summary, overall_summary
 
 _ROLLOUT_COLS = [
     "task_index",
@@ -37,7 +37,7 @@ _ROLLOUT_COLS = [
     "finish_reason",
     "completion_tokens",
 ]
-VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
+_VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
 _TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
 
 
@@ -125,10 +125,10 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
     failed = ~ok
     cols["num_failed"] = count(failed)
-    for kind in sorted(set(kinds) - {OK} | ({VERIFIER_ERROR} if no_reward.any() else set())):
+    for kind in sorted(set(kinds) - {OK} | ({_VERIFIER_ERROR} if no_reward.any() else set())):
         of_kind = codes == (kinds.index(kind) if kind in kinds else -2)
         cols[f"num_failed/{kind}"] = count(
-            of_kind | no_reward if kind == VERIFIER_ERROR else of_kind
+            of_kind | no_reward if kind == _VERIFIER_ERROR else of_kind
         )
     cols["num_truncated"] = count(truncated)
     passed = ok & (reward >= p.pass_threshold)
@@ -154,7 +154,7 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     return pd.DataFrame(cols)
 
 
-def read_inputs(
+def _read_inputs(
     tasks_path: str | Path, rollouts_path: str | Path
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     tasks = pq.read_table(tasks_path, columns=_TASK_COLS).to_pandas()
@@ -162,16 +162,13 @@ def read_inputs(
     return tasks, rollouts
 
 
-def write_profile(
-    cfg: Config,
-    tasks_path: str | Path,
-    rollouts_path: str | Path,
-    report_path: str | Path,
-    out_dir: str | Path,
-) -> dict[str, Any]:
-    out = Path(out_dir)
-    tasks, rollouts = read_inputs(tasks_path, rollouts_path)
-    report = json.loads(Path(report_path).read_text())
+def run(cfg: Config, paths: StagePaths) -> StageReport:
+    """Profile the rollouts (paths.rollouts) of the tasks (paths.tasks) into paths.out: tasks
+    table (Parquet, JSONL), one table per label (split by the index ranges of the materialize
+    report, paths.report) and summary.json (also returned)."""
+    out = paths.need("out")
+    tasks, rollouts = _read_inputs(paths.need("tasks"), paths.need("rollouts"))
+    report = json.loads(paths.need("report").read_text())
     prof = task_profile(cfg, tasks, rollouts)
     table = pa.Table.from_pandas(prof, preserve_index=False)
     with atomic_path(out / "tasks.parquet") as tmp:
@@ -195,5 +192,4 @@ def write_profile(
         "overall": overall_summary(prof),
     }
     write_json_atomic(out / "summary.json", summary)
-    print(format_table(labels), file=sys.stdout, flush=True)
     return summary

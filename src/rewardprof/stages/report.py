@@ -12,7 +12,6 @@ Needs matplotlib (`pip install rewardprof[report]`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -23,8 +22,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
+from rewardprof.core.config import Config
+from rewardprof.stages import StagePaths, StageReport
 
-LABEL_COLUMNS = [
+_LABEL_COLUMNS = [
     "label",
     "environment",
     "tasks",
@@ -43,7 +44,7 @@ LABEL_COLUMNS = [
     "failure_rate",
     "truncation_rate",
 ]
-MAX_POINTS = 20000
+_MAX_POINTS = 20000
 
 
 def _plt():
@@ -64,7 +65,7 @@ def _save(fig, path: Path) -> None:
         fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
 
 
-def pass_rate_histograms(labels: list[dict[str, Any]], path: Path) -> None:
+def _pass_rate_histograms(labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     cols = min(4, max(1, len(labels)))
     rows = math.ceil(len(labels) / cols)
@@ -93,15 +94,15 @@ def pass_rate_histograms(labels: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path: Path) -> None:
+def _tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     t = pq.read_table(profile_path, columns=["label", "pass_rate", "mean/output_tokens"])
     rate = t.column("pass_rate").to_numpy().astype(float)
     tokens = t.column("mean/output_tokens").to_numpy().astype(float)
     keep = ~np.isnan(rate) & ~np.isnan(tokens)
     idx = np.flatnonzero(keep)
-    if len(idx) > MAX_POINTS:
-        idx = np.sort(np.random.default_rng(0).choice(idx, MAX_POINTS, replace=False))
+    if len(idx) > _MAX_POINTS:
+        idx = np.sort(np.random.default_rng(0).choice(idx, _MAX_POINTS, replace=False))
     names = np.asarray(t.column("label").to_pylist(), dtype=object)[idx]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     jitter = np.random.default_rng(1).uniform(-0.01, 0.01, len(idx))
@@ -140,7 +141,7 @@ def tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path: 
     plt.close(fig)
 
 
-def failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
+def _failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     kinds = sorted({k for lab in labels for k in lab.get("failed_by_kind", {})})
     names = [lab["label"] for lab in labels]
@@ -178,26 +179,24 @@ def _write_csv(path: Path, cols: list[str], rows: list[dict[str, Any]]) -> None:
             w.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
 
 
-def write_report(
-    profile_path: str | Path,
-    summary_path: str | Path,
-    out_dir: str | Path,
-    export_report: str | Path | None = None,
-) -> list[Path]:
-    out = Path(out_dir)
+def run(cfg: Config | None, paths: StagePaths) -> StageReport:
+    """Plots and tables of the profile (paths.profile, paths.summary) and, when given, of the
+    export report (paths.export_report), into paths.out; report the files written. Needs no
+    config."""
+    out = paths.need("out")
     out.mkdir(parents=True, exist_ok=True)
-    summary = json.loads(Path(summary_path).read_text())
+    summary = json.loads(paths.need("summary").read_text())
     labels = summary["labels"]
-    pass_rate_histograms(labels, out / "pass_rate_hist.png")
-    tokens_vs_pass_rate(Path(profile_path), labels, out / "tokens_vs_pass_rate.png")
-    failure_bars(labels, out / "failures.png")
-    _write_csv(out / "labels.csv", LABEL_COLUMNS, labels)
+    _pass_rate_histograms(labels, out / "pass_rate_hist.png")
+    _tokens_vs_pass_rate(paths.need("profile"), labels, out / "tokens_vs_pass_rate.png")
+    _failure_bars(labels, out / "failures.png")
+    _write_csv(out / "labels.csv", _LABEL_COLUMNS, labels)
     written = [
         out / n
         for n in ("pass_rate_hist.png", "tokens_vs_pass_rate.png", "failures.png", "labels.csv")
     ]
-    if export_report:
-        ex = json.loads(Path(export_report).read_text())
+    if paths.export_report:
+        ex = json.loads(paths.export_report.read_text())
         reasons = sorted({k for lab in ex["labels"] for k in lab["dropped_by"]})
         rows = [
             {**lab, **{f"dropped/{k}": lab["dropped_by"][k] for k in reasons}}
@@ -216,19 +215,4 @@ def write_report(
         ]
         _write_csv(out / "export.csv", cols, rows)
         written.append(out / "export.csv")
-    return written
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    for p in write_report(args.profile, args.summary, args.out, args.export_report):
-        print(p)
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="plots and tables of a profile (for snakemake --report)")
-    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
-    p.add_argument("--summary", required=True, help="profile/summary.json")
-    p.add_argument("--export-report", default=None, help="export/report.json (optional)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.set_defaults(func=_cmd_report)
+    return {"written": [str(p) for p in written]}

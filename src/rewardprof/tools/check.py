@@ -292,7 +292,8 @@ def _check_labels(report: dict, tasks: _Tasks, present: np.ndarray, problems: li
             )
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof check`: list the problems (exit 1) or say that every invariant holds."""
     problems, counts = check_run(args.run_dir, args.num_shards)
     if problems:
         print(f"{args.run_dir}: {len(problems)} problem(s):")
@@ -306,8 +307,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("check", help="verify the invariants of a run directory (read-only)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `rewardprof check` (the command table is in rewardprof.cli)."""
     p.add_argument("run_dir", help="results/<run>")
     p.add_argument(
         "--num-shards",
@@ -315,4 +316,3 @@ def register(sub: Any) -> None:
         default=None,
         help="shard layout to check (default: from merge_report.json / file names)",
     )
-    p.set_defaults(func=_cmd_check)

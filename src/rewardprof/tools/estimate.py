@@ -348,7 +348,8 @@ def to_markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cmd_estimate(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof estimate`: print the estimate (markdown); with --out also write it."""
     target = load_config(args.target_config)
     tasks = {}
     for item in args.tasks or []:
@@ -373,8 +374,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("estimate", help="GPU-hours and wall time of a full config from a pilot")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `rewardprof estimate` (the command table is in rewardprof.cli)."""
     p.add_argument("run_dir", help="the pilot's results/<run>")
     p.add_argument("--target-config", required=True, help="the full sweep's config")
     p.add_argument("--gpus", type=int, default=8, help="GPUs of the full sweep (default 8)")
@@ -399,4 +400,3 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--base-dir", default=None, help="relative sources resolve here (default .)")
     p.add_argument("--out", default=None, help="also write estimate.md + estimate.json here")
-    p.set_defaults(func=_cmd_estimate)

@@ -26,12 +26,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rewardprof.core.errors import RewardprofError
+
 DEFAULT_LOG_DIR = ".snakemake/launch"
 STOP_GRACE_S = 60  # Snakemake's time to scancel its jobs after SIGINT
 
 
-class ControllerFailed(RuntimeError):
-    pass
+class ControllerFailed(RewardprofError, RuntimeError):
+    """The Snakemake controller job failed, or ended without a result."""
 
 
 def _ignore_usr2() -> None:  # preexec_fn: the child ignores USR2 (inherited through exec)
@@ -211,15 +213,8 @@ def follow_hint(job, opts: LaunchOptions) -> str:
     return "\n".join(lines)
 
 
-def register(sub) -> None:
-    from rewardprof.tools.slurm_config import register as register_install
-
-    p = sub.add_parser(
-        "launch",
-        help="run the Snakemake controller as a (requeued) Slurm job",
-        description="Submit `snakemake <args>` as a long, requeued Slurm job with submitit. "
-        "Arguments after `--` go to snakemake (default: --profile slurm).",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `rewardprof launch` (the command table is in rewardprof.cli)."""
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--slurm", dest="cluster", action="store_const", const="slurm")
     where.add_argument(
@@ -252,11 +247,10 @@ def register(sub) -> None:
     p.add_argument(
         "snakemake_args", nargs=argparse.REMAINDER, help="-- then the snakemake arguments"
     )
-    p.set_defaults(func=_cmd_launch)
-    register_install(sub)
 
 
-def _cmd_launch(args) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof launch`: submit the controller; with --wait, follow it to its end."""
     sm_args = list(args.snakemake_args)
     if sm_args and sm_args[0] == "--":
         sm_args = sm_args[1:]

@@ -9,14 +9,17 @@ and stays in sync with it (a `--copy` install is checked with `--check`).
 
 from __future__ import annotations
 
+import argparse
 import filecmp
 import os
 import shutil
 from pathlib import Path
 
+from rewardprof.core.errors import RewardprofError
 
-class ProfileInstallError(RuntimeError):
-    pass
+
+class ProfileInstallError(RewardprofError, RuntimeError):
+    """The profile cannot be installed (no profile at the source, a different one installed)."""
 
 
 def user_profile_root() -> Path:
@@ -86,11 +89,8 @@ def check_profile(
     return None
 
 
-def register(sub) -> None:
-    p = sub.add_parser(
-        "install-profile",
-        help="install profiles/slurm so that `snakemake --profile slurm` finds it",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `rewardprof install-profile` (the command table is in rewardprof.cli)."""
     p.add_argument(
         "--from",
         dest="source",
@@ -116,10 +116,10 @@ def register(sub) -> None:
         action="store_true",
         help="only check that the installed profile matches; exit 1 if not",
     )
-    p.set_defaults(func=_cmd_install_profile)
 
 
-def _cmd_install_profile(args) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof install-profile`: install (or with --check, compare) the profile."""
     if args.check:
         problem = check_profile(args.source, args.name, args.dest)
         if problem:
@@ -127,11 +127,7 @@ def _cmd_install_profile(args) -> int:
             return 1
         print("installed profile is up to date")
         return 0
-    try:
-        dest = install_profile(args.source, args.name, args.dest, args.copy, args.force)
-    except ProfileInstallError as exc:
-        print(f"rewardprof install-profile: error: {exc}")
-        return 2
+    dest = install_profile(args.source, args.name, args.dest, args.copy, args.force)
     how = "copied to" if args.copy else "linked at"
     print(f"profile {args.name!r} {how} {dest}\nuse it with: snakemake --profile {args.name}")
     return 0

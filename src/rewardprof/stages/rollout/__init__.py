@@ -1,2 +1,21 @@
 """The rollout stage: generate and verify the missing rollouts of one shard (runner), kept
-durable in the journal and written as the shard's output."""
+durable in the journal (journal, collected) and written as the shard's output (output)."""
+
+from __future__ import annotations
+
+from rewardprof.core.config import Config
+from rewardprof.engine.session import engine_session
+from rewardprof.stages import StagePaths, StageReport
+
+
+def run(cfg: Config, paths: StagePaths) -> StageReport:
+    """Open the engine session (an endpoint, or a vLLM server logging to paths.engine_log),
+    collect every missing rollout of shard paths.shard of paths.num_shards (its tasks:
+    paths.tasks) into the journal (paths.journal), write the shard's output (paths.out) and
+    return the shard's summary."""
+    from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
+
+    tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
+    tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
+    with engine_session(cfg, paths.engine_log) as endpoint:
+        return run_shard(cfg, endpoint, tasks, journal, out, tag)

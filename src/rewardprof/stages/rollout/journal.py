@@ -29,11 +29,12 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA, conform
 
 
-class JournalLocked(RuntimeError):
-    pass
+class JournalLocked(RewardprofError, RuntimeError):
+    """Another rollout process holds this shard's lock."""
 
 
 class ShardLock:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
+from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import OK, ROLLOUT_SCHEMA
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
@@ -25,7 +26,7 @@ from rewardprof.stages.rollout.journal import read_rows, scan_journal
 log = logging.getLogger("rewardprof.stages.rollout")
 
 
-class ShardIncomplete(RuntimeError):
+class ShardIncomplete(RewardprofError, RuntimeError):
     """Too many terminal failures (over max_failed_fraction): no output is written."""
 
 
