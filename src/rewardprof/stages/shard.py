@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
-from rewardprof.stages.materialize import TASKS_SCHEMA
+from rewardprof.core.schemas import TASKS_SCHEMA
 
 
 def shard_mask(task_index, shard_index: int, num_shards: int):
