@@ -35,8 +35,10 @@ run: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
 test: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# the whole tree, as CI runs it (.ci/run): formatting, lint rules, and the workflow's own lint
 lint: $(VENV)/.core-installed
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint
 
 clean-venv:

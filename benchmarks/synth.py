@@ -185,7 +185,7 @@ def tasks_table(
 ) -> tuple[pa.Table, dict[str, Any]]:
     """A tasks table (rewardprof's TASKS_SCHEMA) and its materialize report, entries in
     environment order; rows are synthetic but of realistic size when `with_rows`."""
-    from rewardprof.stages.materialize import TASKS_SCHEMA
+    from rewardprof.core.schemas import TASKS_SCHEMA
 
     rng = random.Random(seed)
     text = Text(seed)

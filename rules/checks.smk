@@ -30,5 +30,5 @@ onstart:
 onsuccess:
     from rewardprof.stages.merge import journal_notes
 
-    for note in journal_notes(f"{RUN}/merge_report.json", since=_STARTED):
+    for note in journal_notes(LAYOUT.merge_report, since=_STARTED):
         print(f"rewardprof: {note}", file=sys.stderr)

@@ -6,14 +6,15 @@ import os
 import sys
 
 from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.layout import RunLayout
 
 try:
     CFG = validate_config(config, origin="config")
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 
-RUN = f"results/{CFG.run}"
-N = CFG.num_shards
+# every path of results/<run>/ (rewardprof.core.layout); shard paths keep {i} and {n} as wildcards
+LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
 LABELS = [e.label for e in CFG.entries]
 
 
@@ -31,19 +32,15 @@ def stage_config(*sections):
     return json.dumps({k: v for k, v in data.items() if k in keep}, sort_keys=True)
 
 
-def shard_outputs():
-    return expand(f"{RUN}/rollouts/{{i}}-of-{N}.parquet", i=range(N))
-
-
 def final_outputs():
     return [
-        f"{RUN}/profile/tasks.parquet",
-        f"{RUN}/profile/tasks.jsonl",
-        f"{RUN}/profile/summary.json",
-        *expand(f"{RUN}/profile/by_label/{{label}}.parquet", label=LABELS),
+        LAYOUT.profile_tasks,
+        LAYOUT.profile_jsonl,
+        LAYOUT.profile_summary,
+        *expand(LAYOUT.profile_by_label("{label}"), label=LABELS),
         # filtered/re-weighted export and the report's plots (rules/export.smk, report.smk)
-        f"{RUN}/export/combined.jsonl",
-        f"{RUN}/report/labels.csv",
+        LAYOUT.export_combined,
+        LAYOUT.report_file("labels"),
     ]
 
 

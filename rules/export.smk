@@ -2,19 +2,19 @@
 # under `reward_profile`, per label and combined, plus the kept/dropped report (docs/profile.md).
 rule export:
     input:
-        profile=f"{RUN}/profile/tasks.parquet",
-        report=f"{RUN}/materialize/report.json",
+        profile=LAYOUT.profile_tasks,
+        report=LAYOUT.materialize_report,
     output:
-        combined=f"{RUN}/export/combined.jsonl",
-        by_label=expand(f"{RUN}/export/by_label/{{label}}.jsonl", label=LABELS),
-        report=f"{RUN}/export/report.json",
+        combined=LAYOUT.export_combined,
+        by_label=expand(LAYOUT.export_by_label("{label}"), label=LABELS),
+        report=LAYOUT.export_report,
     params:
         cfg=stage_config("profile", "export"),
         out=lambda wildcards, output: os.path.dirname(output.combined),
     log:
-        f"{RUN}/logs/export.log",
+        LAYOUT.log("export"),
     benchmark:
-        f"{RUN}/benchmarks/export.tsv"
+        LAYOUT.benchmark("export")
     conda:
         "../envs/core.yaml"
     shell:

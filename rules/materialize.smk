@@ -2,14 +2,14 @@ rule materialize:
     input:
         sources=[e.source for e in CFG.entries if isinstance(e.source, str)],
     output:
-        tasks=f"{RUN}/materialize/tasks.parquet",
-        report=f"{RUN}/materialize/report.json",
+        tasks=LAYOUT.tasks,
+        report=LAYOUT.materialize_report,
     params:
         cfg=stage_config(),
     log:
-        f"{RUN}/logs/materialize.log",
+        LAYOUT.log("materialize"),
     benchmark:
-        f"{RUN}/benchmarks/materialize.tsv"
+        LAYOUT.benchmark("materialize")
     conda:
         "../envs/core.yaml"
     shell:

@@ -1,16 +1,16 @@
 rule merge:
     input:
-        shards=shard_outputs(),
-        tasks=f"{RUN}/materialize/tasks.parquet",
+        shards=LAYOUT.all_shard_rollouts(),
+        tasks=LAYOUT.tasks,
     output:
-        rollouts=directory(f"{RUN}/rollouts.parquet"),
-        report=f"{RUN}/merge_report.json",
+        rollouts=directory(LAYOUT.rollouts),
+        report=LAYOUT.merge_report,
     params:
-        journal=f"{RUN}/rollouts/journal",
+        journal=str(LAYOUT.journal),
     log:
-        f"{RUN}/logs/merge.log",
+        LAYOUT.log("merge"),
     benchmark:
-        f"{RUN}/benchmarks/merge.tsv"
+        LAYOUT.benchmark("merge")
     conda:
         "../envs/core.yaml"
     shell:

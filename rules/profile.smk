@@ -1,20 +1,20 @@
 rule profile:
     input:
-        tasks=f"{RUN}/materialize/tasks.parquet",
-        rollouts=f"{RUN}/rollouts.parquet",
-        report=f"{RUN}/materialize/report.json",
+        tasks=LAYOUT.tasks,
+        rollouts=LAYOUT.rollouts,
+        report=LAYOUT.materialize_report,
     output:
-        tasks=f"{RUN}/profile/tasks.parquet",
-        jsonl=f"{RUN}/profile/tasks.jsonl",
-        summary=f"{RUN}/profile/summary.json",
-        by_label=expand(f"{RUN}/profile/by_label/{{label}}.parquet", label=LABELS),
+        tasks=LAYOUT.profile_tasks,
+        jsonl=LAYOUT.profile_jsonl,
+        summary=LAYOUT.profile_summary,
+        by_label=expand(LAYOUT.profile_by_label("{label}"), label=LABELS),
     params:
         cfg=stage_config("profile"),
         out=lambda wildcards, output: os.path.dirname(output.tasks),
     log:
-        f"{RUN}/logs/profile.log",
+        LAYOUT.log("profile"),
     benchmark:
-        f"{RUN}/benchmarks/profile.tsv"
+        LAYOUT.benchmark("profile")
     conda:
         "../envs/core.yaml"
     shell:

@@ -2,41 +2,41 @@
 # every output declared with report() below (docs/profile.md, "Report").
 rule report:
     input:
-        profile=f"{RUN}/profile/tasks.parquet",
-        summary=f"{RUN}/profile/summary.json",
-        export=f"{RUN}/export/report.json",
+        profile=LAYOUT.profile_tasks,
+        summary=LAYOUT.profile_summary,
+        export=LAYOUT.export_report,
     output:
         hist=report(
-            f"{RUN}/report/pass_rate_hist.png",
+            LAYOUT.report_file("hist"),
             category="Profile",
             labels={"figure": "pass-rate histogram per label"},
         ),
         tokens=report(
-            f"{RUN}/report/tokens_vs_pass_rate.png",
+            LAYOUT.report_file("tokens"),
             category="Profile",
             labels={"figure": "output tokens vs pass rate"},
         ),
         failures=report(
-            f"{RUN}/report/failures.png",
+            LAYOUT.report_file("failures"),
             category="Profile",
             labels={"figure": "failures and truncation per label"},
         ),
         labels=report(
-            f"{RUN}/report/labels.csv",
+            LAYOUT.report_file("labels"),
             category="Tables",
             labels={"table": "per-label summary"},
         ),
         export=report(
-            f"{RUN}/report/export.csv",
+            LAYOUT.report_file("export"),
             category="Tables",
             labels={"table": "export: kept and dropped per label"},
         ),
     params:
         out=lambda wildcards, output: os.path.dirname(output.hist),
     log:
-        f"{RUN}/logs/report.log",
+        LAYOUT.log("report"),
     benchmark:
-        f"{RUN}/benchmarks/report.tsv"
+        LAYOUT.benchmark("report")
     conda:
         "../envs/core.yaml"
     shell:

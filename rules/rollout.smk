@@ -3,20 +3,20 @@
 # instead of starting over.
 rule rollout:
     input:
-        tasks=f"{RUN}/shards/{{i}}-of-{{n}}.parquet",
+        tasks=LAYOUT.shard_tasks("{i}", "{n}"),
         model=engine_model_input(),
     output:
-        rollouts=f"{RUN}/rollouts/{{i}}-of-{{n}}.parquet",
+        rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         cfg=stage_config("sampling", "engine", "rollout"),
-        journal=f"{RUN}/rollouts/journal",
+        journal=str(LAYOUT.journal),
     resources:
         engine_slots=engine_resources(),
     log:
-        rollout=f"{RUN}/logs/rollout/{{i}}-of-{{n}}.log",
-        engine=f"{RUN}/logs/engine/{{i}}-of-{{n}}.log",
+        rollout=LAYOUT.shard_log("rollout", "{i}", "{n}"),
+        engine=LAYOUT.shard_log("engine", "{i}", "{n}"),
     benchmark:
-        f"{RUN}/benchmarks/rollout/{{i}}-of-{{n}}.tsv"
+        LAYOUT.shard_benchmark("rollout", "{i}", "{n}")
     conda:
         "../envs/core.yaml"
     shell:

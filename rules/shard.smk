@@ -1,12 +1,12 @@
 rule shard:
     input:
-        tasks=f"{RUN}/materialize/tasks.parquet",
+        tasks=LAYOUT.tasks,
     output:
-        tasks=f"{RUN}/shards/{{i}}-of-{{n}}.parquet",
+        tasks=LAYOUT.shard_tasks("{i}", "{n}"),
     log:
-        f"{RUN}/logs/shard/{{i}}-of-{{n}}.log",
+        LAYOUT.shard_log("shard", "{i}", "{n}"),
     benchmark:
-        f"{RUN}/benchmarks/shard/{{i}}-of-{{n}}.tsv"
+        LAYOUT.shard_benchmark("shard", "{i}", "{n}")
     conda:
         "../envs/core.yaml"
     shell:

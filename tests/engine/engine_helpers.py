@@ -13,8 +13,9 @@ import pytest
 from helpers import require_piece
 
 from rewardprof.core.config import validate_config
+from rewardprof.engine.host import port_is_free, processes_with_env
 from rewardprof.engine.model import MARKER, convert_builtin, engine_python
-from rewardprof.engine.server import port_is_free, probe_engine
+from rewardprof.engine.server import probe_engine
 from rewardprof.engine.session import EngineError
 from rewardprof.stages import StagePaths, materialize, shard
 
@@ -27,20 +28,6 @@ QUESTIONS = [
 ]
 # skip on a laptop, fail under CI=true: the one rule, from tests/helpers.py
 require = require_piece
-
-
-def processes_with_env(needle: str) -> list[int]:
-    """Pids whose environment contains the entry `needle` (e.g. 'MARK=abc')."""
-    want = needle.encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if want in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 def new_mark() -> tuple[str, str, str]:

@@ -18,12 +18,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from engine_helpers import base_config, fake_engine_python, new_mark, processes_with_env
+from engine_helpers import base_config, fake_engine_python, new_mark
 
 from rewardprof.core.config import validate_config
-from rewardprof.engine.server import port_is_free, serve
+from rewardprof.engine import server as engine_server
+from rewardprof.engine.host import port_is_free, processes_with_env
+from rewardprof.engine.server import serve
 from rewardprof.engine.session import EngineError, engine_session
-from rewardprof.engine.session import server as engine_server
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

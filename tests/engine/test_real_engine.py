@@ -27,9 +27,9 @@ from engine_helpers import (
 )
 
 from rewardprof.core.config import validate_config
+from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
-from rewardprof.engine.session import server as engine_server
 from rewardprof.stages.rollout.runner import run_shard, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 

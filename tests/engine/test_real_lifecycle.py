@@ -17,7 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from engine_helpers import MODEL, assert_gone, make_shard, models_dir, new_mark, processes_with_env
+from engine_helpers import MODEL, assert_gone, make_shard, models_dir, new_mark
+
+from rewardprof.engine.host import processes_with_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)

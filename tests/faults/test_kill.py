@@ -16,7 +16,7 @@ import time
 
 import pyarrow.parquet as pq
 from harness import shardkit as kit
-from harness.kill_harness import KILL_POINTS, _check_output, run_trial
+from harness.kill_harness import KILL_POINTS, check_output, run_trial
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -138,9 +138,9 @@ def test_harness_detects_misattribution(tmp_path):
     a, b = table.index[table["task_index"] == 0][0], table.index[table["task_index"] == 1][0]
     table.loc[[a, b], "completion"] = table.loc[[b, a], "completion"].to_numpy()
     table.to_parquet(work / "out.parquet")
-    problems = _check_output({"out": str(work / "out.parquet")}, tasks, cfg)
+    problems = check_output({"out": str(work / "out.parquet")}, tasks, cfg)
     assert any("is not its task's" in p for p in problems), problems
     table = table.drop(index=a)
     table.to_parquet(work / "out.parquet")
-    problems = _check_output({"out": str(work / "out.parquet")}, tasks, cfg)
+    problems = check_output({"out": str(work / "out.parquet")}, tasks, cfg)
     assert any("1 missing" in p for p in problems), problems

@@ -375,9 +375,9 @@ def run_trial(root: Path, seed: int, point: str | None = None, mode: str = "fork
                 f"attempt exited with {code} on its own"
             )
         if Path(spec["out"]).exists() and not out_before:
-            trial.problems.extend(f"after kill: {x}" for x in _check_output(spec, tasks, cfg))
+            trial.problems.extend(f"after kill: {x}" for x in check_output(spec, tasks, cfg))
     if not trial.problems:
-        trial.problems.extend(_check_output(spec, tasks, cfg))
+        trial.problems.extend(check_output(spec, tasks, cfg))
         trial.problems.extend(_check_reused(spec, tasks))
         leftovers = [q.name for q in work.rglob(".*") if ".tmp" in q.name]
         if leftovers:
@@ -399,7 +399,9 @@ def _expected(tasks: pd.DataFrame, cfg) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task_index", "rollout_index", "seed"])
 
 
-def _check_output(spec: dict, tasks: pd.DataFrame, cfg) -> list[str]:
+def check_output(spec: dict, tasks: pd.DataFrame, cfg) -> list[str]:
+    """What is wrong with the shard output at spec["out"] (empty when it is whole): records
+    that fail kit.check_records, duplicate, missing or unexpected keys, failed records."""
     out = Path(spec["out"])
     if not out.exists():
         return ["no shard output"]

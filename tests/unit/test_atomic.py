@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rewardprof.core.atomic import atomic_path, write_text_atomic
+from rewardprof.core.atomic import atomic_path
 
 
 def test_a_killed_writers_temp_file_is_removed_by_the_next_writer(tmp_path):
@@ -26,7 +26,8 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_writer(tmp_path):
         (dead_dir / "part-0.parquet").write_text("half")
         live_tmp.write_text("being written")
         other_host.write_text("another node's writer")
-        write_text_atomic(final, "whole")
+        with atomic_path(final) as tmp:
+            tmp.write_text("whole")
         assert final.read_text() == "whole"
         assert not dead_tmp.exists() and not dead_dir.exists()
         assert live_tmp.exists() and other_host.exists()  # not ours to judge

@@ -62,8 +62,3 @@ def _alive(pid: int) -> bool:
 def write_json_atomic(path: str | Path, data: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)

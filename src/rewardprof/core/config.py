@@ -394,10 +394,5 @@ def load_config(path: str | Path) -> Config:
     return validate_config(data or {}, origin=str(p))
 
 
-def config_json(cfg: Config) -> str:
-    """Canonical JSON of a validated config (what the rules hand to `rewardprof <stage>`)."""
-    return cfg.model_dump_json(exclude_defaults=False)
-
-
 def json_schema() -> dict[str, Any]:
     return Config.model_json_schema()

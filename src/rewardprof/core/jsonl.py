@@ -77,13 +77,6 @@ def with_key(objects: pa.ChunkedArray, key: str, value: pa.ChunkedArray) -> pa.C
     return pc.binary_join_element_wise(body, sep, json.dumps(key) + ":", value, "}", "")
 
 
-def write_lines(lines: pa.ChunkedArray, path: str | Path) -> int:
-    """Write one element per line, atomically; returns the number of lines."""
-    with atomic_path(Path(path)) as tmp, tmp.open("wb") as f:
-        write_chunks(lines, f)
-    return len(lines)
-
-
 def write_chunks(lines: pa.ChunkedArray, f) -> None:
     for chunk in lines.chunks:
         if len(chunk) == 0:

@@ -1,8 +1,23 @@
-"""The rollout record: its Arrow schema and the failure kinds, in one place."""
+"""The two tables that flow between stages, side by side: the tasks table (materialize ->
+shard -> rollout) and the rollout record (rollout -> merge -> profile), with the failure kinds."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+
+# One row per task: materialize/tasks.parquet and every shards/<i>-of-<n>.parquet.
+TASKS_SCHEMA = pa.schema(
+    [
+        ("task_index", pa.int64()),
+        ("task_id", pa.string()),
+        ("label", pa.string()),
+        ("environment", pa.string()),
+        ("num_repeats", pa.int32()),
+        ("source_line", pa.int64()),
+        ("messages", pa.string()),  # prompt messages, JSON text, built by the environment
+        ("row", pa.string()),  # the original row, canonical JSON text
+    ]
+)
 
 
 class FailureKind:

@@ -51,6 +51,9 @@ def builtin_gguf(name: str) -> tuple[Path, str]:
 
 
 def sha256(path: Path) -> str:
+    """Not rewardprof.sources.files.file_sha256: this script runs under the engine's
+    interpreter, which need not have rewardprof installed, and may be older than 3.11
+    (engine.python), so it cannot use hashlib.file_digest either."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -7,7 +7,9 @@
   the API key, and serves the configured model. The Snakefile runs it in `onstart` (never in a
   dry run) when rollout jobs are due, and `rewardprof rollout` runs it before generating.
 
-Messages never contain the API key, and a URL's user:password part is masked.
+Messages never contain the API key, and a URL's user:password part is masked. The key
+(`api_key_from_env`) and the masked URL (`public_url`) are also what rewardprof.engine.session
+puts into an Endpoint: session imports them from here, never the other way round.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ from rewardprof.core.config import Config, ConfigError, GeneratorSource
 
 class EndpointUnavailable(ConfigError):
     """The configured endpoint cannot serve this run; the message names the URL."""
+
+
+def api_key_from_env(cfg: Config) -> str | None:
+    """The API key from the variable engine.api_key_env names (None when it names none)."""
+    name = cfg.engine.api_key_env
+    if not name:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(f"engine.api_key_env: environment variable {name} is not set")
+    return value
 
 
 def public_url(url: str) -> str:
@@ -62,9 +75,7 @@ def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:
     endpoint answers, accepts the key and serves the model. No-op in serve mode."""
     if cfg.engine.mode != "endpoint" or not cfg.engine.base_url:
         return
-    from rewardprof.engine.session import api_key_from_env
-
-    key = api_key_from_env(cfg)  # ConfigError when its variable is not set
+    key = api_key_from_env(cfg)
     url = cfg.engine.base_url.rstrip("/") + "/models"
     shown = public_url(url)
     headers = {}

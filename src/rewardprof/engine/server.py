@@ -15,29 +15,35 @@
 - If the server dies while the client runs, a watchdog thread interrupts the main thread and the
   session raises EngineError with the server's last log lines (the main thread gets SIGINT,
   so it is woken from a blocking call and asyncio.run cancels its task).
+
+Ports, the /proc sweep, the parent-death signal and the HTTP probe are host-level helpers
+(rewardprof.engine.host); this module is the vLLM lifecycle built from them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
+from rewardprof.engine.host import (
+    die_with_parent,
+    free_port,
+    http_get_json,
+    processes_with_env,
+    sigterm_raises,
+)
 from rewardprof.engine.model import engine_python, resolve_model
 
 log = logging.getLogger(__name__)
@@ -105,63 +111,6 @@ def probe_engine(python: str) -> dict:
             f"$REWARDPROF_ENGINE_PYTHON to an interpreter that has vllm (see docs/engine.md)"
         )
     return info
-
-
-def free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """No one listens there (connections in TIME_WAIT don't count, as for vLLM's own bind)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def processes_with_token(token: str) -> list[int]:
-    """Pids whose environment carries this launch's token (Linux /proc; own processes)."""
-    needle = f"{TOKEN_ENV}={token}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
-try:
-    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not after fork
-except (OSError, AttributeError):  # not Linux
-    _PRCTL = None
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _PRCTL is not None:
-        _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG: SIGTERM when the job dies
-
-
-def _http_json(url: str, timeout: float = 3.0) -> tuple[int, object]:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as resp:
-            body = resp.read()
-            return resp.status, (json.loads(body) if body.strip() else None)
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (OSError, ValueError):
-        return 0, None
 
 
 class VLLMServer:
@@ -286,7 +235,7 @@ class VLLMServer:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self.port = port
         log.info(
@@ -316,9 +265,9 @@ class VLLMServer:
                     f"vLLM server not ready after {self.cfg.engine.startup_timeout_s:.0f} s "
                     f"(engine.startup_timeout_s); last log lines:\n{self.tail()}"
                 )
-            status, _ = _http_json(root + "/health")
+            status, _ = http_get_json(root + "/health")
             if status == 200:
-                status, body = _http_json(root + "/v1/models")
+                status, body = http_get_json(root + "/v1/models")
                 data = (body or {}).get("data", []) if status == 200 else []
                 ids = {m.get("id") for m in data if isinstance(m, dict)}
                 if self.token in ids:
@@ -393,7 +342,7 @@ class VLLMServer:
         # children that outlived the leader: same group, or anything carrying our token
         end = time.monotonic() + max(2.0, grace / 2)
         while True:
-            left = processes_with_token(self.token)
+            left = processes_with_env(f"{TOKEN_ENV}={self.token}")
             if not left:
                 break
             sig = signal.SIGTERM if time.monotonic() < end else signal.SIGKILL
@@ -413,23 +362,6 @@ class VLLMServer:
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM to the job becomes SystemExit(143), so `finally` blocks stop the server."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
 def serve(cfg: Config, log_path: str | Path | None = None) -> Iterator[VLLMServer]:
     server = VLLMServer(cfg, log_path)
 
@@ -439,7 +371,7 @@ def serve(cfg: Config, log_path: str | Path | None = None) -> Iterator[VLLMServe
             f"(log: {server.log_path}); last log lines:\n{server.tail()}"
         )
 
-    with _sigterm_raises():
+    with sigterm_raises():
         try:
             server.start()
             failure: BaseException | None = None

@@ -9,16 +9,16 @@ server's last log lines.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardprof.core.config import Config, ConfigError
-from rewardprof.engine.server import EngineError
+from rewardprof.core.config import Config
+from rewardprof.engine.preflight import api_key_from_env, check_endpoint, public_url
+from rewardprof.engine.server import EngineError, serve
 
-__all__ = ["Endpoint", "EngineError", "api_key_from_env", "engine_session"]
+__all__ = ["Endpoint", "EngineError", "engine_session"]
 
 
 @dataclass(frozen=True)
@@ -32,22 +32,10 @@ class Endpoint:
         return f"Endpoint(base_url={self.base_url!r}, model={self.model!r})"
 
 
-def api_key_from_env(cfg: Config) -> str | None:
-    name = cfg.engine.api_key_env
-    if not name:
-        return None
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigError(f"engine.api_key_env: environment variable {name} is not set")
-    return value
-
-
 @contextmanager
 def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[Endpoint]:
     if cfg.engine.mode == "endpoint":
         assert cfg.engine.base_url is not None
-        from rewardprof.engine.preflight import check_endpoint, public_url
-
         check_endpoint(cfg)  # down, wrong key or wrong model: one line naming the URL, now
         # the identity is recorded on every rollout: never with a URL's user:password
         yield Endpoint(
@@ -57,7 +45,5 @@ def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[
             identity=f"endpoint:{public_url(cfg.engine.base_url)}",
         )
         return
-    from rewardprof.engine.server import serve
-
     with serve(cfg, log_path) as server:
         yield Endpoint(server.base_url, cfg.model_name, None, identity=server.identity)

@@ -28,11 +28,8 @@ def source_name(entry: Entry) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def iter_rows(entry: Entry, base_dir: Path | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

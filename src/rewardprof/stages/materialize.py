@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config, Entry, GeneratorSource
+from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.environments import RowError, make_environment
 from rewardprof.sources.files import (
     SourceError,
@@ -30,18 +31,6 @@ from rewardprof.sources.files import (
 )
 from rewardprof.stages import StagePaths, StageReport
 
-TASKS_SCHEMA = pa.schema(
-    [
-        ("task_index", pa.int64()),
-        ("task_id", pa.string()),
-        ("label", pa.string()),
-        ("environment", pa.string()),
-        ("num_repeats", pa.int32()),
-        ("source_line", pa.int64()),
-        ("messages", pa.string()),  # prompt messages, JSON text, built by the environment
-        ("row", pa.string()),  # the original row, canonical JSON text
-    ]
-)
 # Rows per Parquet row group. Large groups and pages let zstd see more text at once
 # (1/19 -> 1/20+ of the reference's JSONL x 8 on synthetic rows; docs/benchmarks.md) while
 # memory stays O(group), not O(source). Rows become Arrow arrays every _CHUNK rows, so only a

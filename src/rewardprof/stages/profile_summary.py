@@ -155,10 +155,3 @@ def format_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> s
         return "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()
 
     return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def markdown_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> str:
-    cols = cols or TABLE_COLUMNS
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(out)

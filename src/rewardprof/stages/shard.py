@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
+from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.materialize import TASKS_SCHEMA
 
 
 def _shard_mask(task_index, shard_index: int, num_shards: int):

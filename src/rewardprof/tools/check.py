@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,33 +26,30 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-_LAYOUT = re.compile(r"^(\d+)-of-(\d+)\.parquet$")
+from rewardprof.core.layout import RunLayout, parse_shard_name
 
 
-def _layouts(directory: Path) -> dict[int, dict[int, Path]]:
-    out: dict[int, dict[int, Path]] = {}
-    if directory.is_dir():
-        for p in directory.iterdir():
-            m = _LAYOUT.match(p.name)
-            if m:
-                out.setdefault(int(m.group(2)), {})[int(m.group(1))] = p
-    return out
+def _shard_counts(directory: Path) -> set[int]:
+    """The shard counts n of the <i>-of-<n>.parquet files in a directory."""
+    if not directory.is_dir():
+        return set()
+    return {parsed[1] for p in directory.iterdir() if (parsed := parse_shard_name(p.name))}
 
 
-def _num_shards(run: Path, given: int | None, problems: list[str]) -> int | None:
+def _num_shards(layout: RunLayout, given: int | None, problems: list[str]) -> int | None:
     if given:
         return given
-    merge_report = run / "merge_report.json"
-    if merge_report.exists():
-        shards = json.loads(merge_report.read_text()).get("shards") or []
-        ns = {int(m.group(2)) for s in shards if (m := _LAYOUT.match(Path(s).name))}
+    if layout.merge_report.exists():
+        shards = json.loads(layout.merge_report.read_text()).get("shards") or []
+        ns = {parsed[1] for s in shards if (parsed := parse_shard_name(Path(s).name))}
         if len(ns) == 1:
             return ns.pop()
-    found = sorted(set(_layouts(run / "rollouts")) | set(_layouts(run / "shards")))
+    found = sorted(_shard_counts(layout.rollouts_dir) | _shard_counts(layout.shards_dir))
     if len(found) == 1:
         return found[0]
     problems.append(
-        f"{run}: cannot tell the shard count (layouts found: {found or 'none'}); pass --num-shards"
+        f"{layout.root}: cannot tell the shard count (layouts found: {found or 'none'}); "
+        f"pass --num-shards"
     )
     return None
 
@@ -65,6 +61,14 @@ def _keys(path: Path, cols: list[str]) -> dict[str, np.ndarray]:
 
 def _first(mask: np.ndarray, values: np.ndarray) -> int:
     return int(values[np.flatnonzero(mask)[0]])
+
+
+def _flag(
+    problems: list[str], where: str, mask: np.ndarray, ti: np.ndarray, what: str, first: str
+) -> None:
+    """One problem line for the rows in `mask`: how many, and the task_index of the first."""
+    if mask.any():
+        problems.append(f"{where}: {int(mask.sum())} {what} ({first} {_first(mask, ti)})")
 
 
 class _Tasks:
@@ -87,23 +91,13 @@ def _rollout_problems(
 ) -> None:
     ti, ri = k["task_index"].astype(np.int64), k["rollout_index"].astype(np.int64)
     unknown, wrong = tasks.id_mismatch(ti, k["task_id"])
-    if unknown.any():
-        problems.append(
-            f"{where}: {int(unknown.sum())} rollouts for task_index outside the "
-            f"tasks table (first {_first(unknown, ti)})"
-        )
-    if wrong.any():
-        problems.append(
-            f"{where}: {int(wrong.sum())} rollouts carry a task_id that does not "
-            f"match their task (first task_index {_first(wrong, ti)})"
-        )
+    _flag(problems, where, unknown, ti, "rollouts for task_index outside the tasks table", "first")
+    what = "rollouts carry a task_id that does not match their task"
+    _flag(problems, where, wrong, ti, what, "first task_index")
     known = ~unknown
     bad_ri = known & ((ri < 0) | (ri >= tasks.repeats[np.where(known, ti, 0)]))
-    if bad_ri.any():
-        problems.append(
-            f"{where}: {int(bad_ri.sum())} rollouts with rollout_index outside "
-            f"[0, num_repeats) (first task_index {_first(bad_ri, ti)})"
-        )
+    what = "rollouts with rollout_index outside [0, num_repeats)"
+    _flag(problems, where, bad_ri, ti, what, "first task_index")
     _duplicates(where, ti, ri, problems)
 
 
@@ -123,9 +117,9 @@ def _duplicates(where: str, ti: np.ndarray, ri: np.ndarray, problems: list[str])
 
 def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[str], dict]:
     """All problems found (empty when the run directory is sound) and a few counts."""
-    run = Path(run_dir)
+    layout = RunLayout(run_dir)
     problems: list[str] = []
-    tasks_path, report_path = run / "materialize/tasks.parquet", run / "materialize/report.json"
+    tasks_path, report_path = layout.tasks, layout.materialize_report
     for p in (tasks_path, report_path):
         if not p.exists():
             return [f"{p}: missing (not a materialized run directory)"], {}
@@ -150,19 +144,18 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
     if expect != tasks.T:
         problems.append(f"{report_path}: entries cover [0, {expect}) but there are {tasks.T} tasks")
 
-    n = _num_shards(run, num_shards, problems)
+    n = _num_shards(layout, num_shards, problems)
     counts: dict[str, Any] = {"tasks": tasks.T, "num_shards": n}
     shard_keys: list[np.ndarray] = []
     if n is not None:
-        _check_shard_tasks(run, n, tasks, problems)
-        shard_keys = _check_shard_outputs(run, n, tasks, problems)
+        _check_shard_tasks(layout, n, tasks, problems)
+        shard_keys = _check_shard_outputs(layout, n, tasks, problems)
     union = np.concatenate(shard_keys) if shard_keys else np.empty(0, np.int64)
 
-    merged_path = run / "rollouts.parquet"
+    merged_path = layout.rollouts
     keys_by_file: dict[str, dict[str, int]] = {}
     if n is not None:
-        for i in range(n):
-            p = run / "rollouts" / f"{i}-of-{n}.parquet"
+        for p in layout.all_shard_rollouts(n):
             if p.exists():
                 keys_by_file[str(p)] = _gen_keys(p)
     if merged_path.exists():
@@ -215,10 +208,10 @@ def _check_gen_keys(keys_by_file: dict[str, dict[str, int]], problems: list[str]
         )
 
 
-def _check_shard_tasks(run: Path, n: int, tasks: _Tasks, problems: list[str]) -> None:
+def _check_shard_tasks(layout: RunLayout, n: int, tasks: _Tasks, problems: list[str]) -> None:
     seen = np.zeros(tasks.T, dtype=np.int64)
     for i in range(n):
-        p = run / "shards" / f"{i}-of-{n}.parquet"
+        p = layout.shard_tasks(i, n)
         if not p.exists():
             problems.append(f"{p}: missing")
             continue
@@ -228,49 +221,38 @@ def _check_shard_tasks(run: Path, n: int, tasks: _Tasks, problems: list[str]) ->
         other = ~unknown & (ti % n != i)
         if unknown.any():
             problems.append(f"{p}: {int(unknown.sum())} tasks not in the tasks table")
-        if other.any():
-            problems.append(
-                f"{p}: {int(other.sum())} tasks belong to another shard "
-                f"(first task_index {_first(other, ti)})"
-            )
-        if wrong.any():
-            problems.append(
-                f"{p}: {int(wrong.sum())} tasks whose task_id differs from the "
-                f"tasks table (first task_index {_first(wrong, ti)})"
-            )
+        _flag(problems, str(p), other, ti, "tasks belong to another shard", "first task_index")
+        what = "tasks whose task_id differs from the tasks table"
+        _flag(problems, str(p), wrong, ti, what, "first task_index")
         np.add.at(seen, ti[~unknown], 1)
     if (seen == 0).any():
         problems.append(
-            f"{run / 'shards'}: {int((seen == 0).sum())} tasks are in no shard "
+            f"{layout.shards_dir}: {int((seen == 0).sum())} tasks are in no shard "
             f"(first task_index {int(np.flatnonzero(seen == 0)[0])})"
         )
     if (seen > 1).any():
         problems.append(
-            f"{run / 'shards'}: {int((seen > 1).sum())} tasks are in more than "
+            f"{layout.shards_dir}: {int((seen > 1).sum())} tasks are in more than "
             f"one shard (first task_index {int(np.flatnonzero(seen > 1)[0])})"
         )
 
 
-def _check_shard_outputs(run: Path, n: int, tasks: _Tasks, problems: list[str]) -> list:
+def _check_shard_outputs(layout: RunLayout, n: int, tasks: _Tasks, problems: list[str]) -> list:
     out = []
-    for i in range(n):
-        p = run / "rollouts" / f"{i}-of-{n}.parquet"
+    for i, p in enumerate(layout.all_shard_rollouts(n)):
         if not p.exists():
             problems.append(f"{p}: missing (shard {i} has not finished)")
             continue
         k = _keys(p, ["task_index", "rollout_index", "task_id"])
         ti = k["task_index"].astype(np.int64)
         other = ti % n != i
-        if other.any():
-            problems.append(
-                f"{p}: {int(other.sum())} rollouts belong to another shard's task "
-                f"(first task_index {_first(other, ti)})"
-            )
+        what = "rollouts belong to another shard's task"
+        _flag(problems, str(p), other, ti, what, "first task_index")
         _rollout_problems(str(p), k, tasks, problems)
         out.append(_pair_keys(ti, k["rollout_index"]))
     if out:
         _duplicates(
-            f"{run / 'rollouts'} (across shards)",
+            f"{layout.rollouts_dir} (across shards)",
             np.concatenate(out) >> 20,
             np.concatenate(out) & ((1 << 20) - 1),
             problems,

@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config, GeneratorSource, load_config
+from rewardprof.core.layout import RunLayout, parse_shard_name
 
 _COLS = [
     "task_index",
@@ -55,12 +56,15 @@ def _label_of(report: dict[str, Any], task_index: np.ndarray) -> np.ndarray:
     return np.array([e["label"] for e in report["entries"]], dtype=object)[np.clip(idx, 0, None)]
 
 
-def _startup_overhead(run: Path, spans: pd.Series) -> float | None:
+def _startup_overhead(layout: RunLayout, spans: pd.Series) -> float | None:
     """Mean (benchmark seconds - generation span of the job's last writer) over rollout jobs."""
     out = []
-    for tsv in sorted((run / "benchmarks" / "rollout").glob("*.tsv")):
-        shard = tsv.stem.replace("-of-", "of")  # writer ids start with s<i>of<N>-
-        mine = spans[[w for w in spans.index if str(w).startswith(f"s{shard}-")]]
+    for tsv in sorted(layout.shard_benchmarks_dir("rollout").glob("*.tsv")):
+        shard = parse_shard_name(tsv.name, "tsv")
+        if shard is None:
+            continue
+        prefix = f"s{shard[0]}of{shard[1]}-"  # the job's writer ids (rewardprof rollout)
+        mine = spans[[w for w in spans.index if str(w).startswith(prefix)]]
         with tsv.open() as f:
             rows = list(csv.DictReader(f, delimiter="\t"))
         if rows and len(mine):
@@ -71,9 +75,9 @@ def _startup_overhead(run: Path, spans: pd.Series) -> float | None:
 def measure_pilot(
     run_dir: str | Path, gpus_per_engine: int = 1, cost_by: str = "tokens"
 ) -> dict[str, Any]:
-    run = Path(run_dir)
-    report = json.loads((run / "materialize/report.json").read_text())
-    r = pq.read_table(run / "rollouts.parquet", columns=_COLS).to_pandas()
+    layout = RunLayout(run_dir)
+    report = json.loads(layout.materialize_report.read_text())
+    r = pq.read_table(layout.rollouts, columns=_COLS).to_pandas()
     r = r.sort_values("started_at", kind="stable")
     spans = r.groupby("writer", sort=False).agg(
         first=("started_at", "min"), last=("finished_at", "max")
@@ -87,7 +91,7 @@ def measure_pilot(
     else:  # a batched engine's time goes mostly to decoding: output tokens (+1 per rollout)
         r["cost"] = r["completion_tokens"].fillna(0).astype(float) + 1.0
     total_cost = float(r["cost"].sum()) or 1.0
-    prof = pq.read_table(run / "profile/tasks.parquet", columns=["label", "pass_rate"]).to_pandas()
+    prof = pq.read_table(layout.profile_tasks, columns=["label", "pass_rate"]).to_pandas()
     labels = {}
     for e in report["entries"]:
         mine = r[r["label"] == e["label"]]
@@ -106,7 +110,7 @@ def measure_pilot(
             "pass_rates": rates.tolist(),
         }
     return {
-        "run_dir": str(run),
+        "run_dir": str(layout.root),
         "rollouts": len(r),
         "jobs": len(spans),
         "engine_hours": _r(engine_s / 3600, 6),
@@ -117,7 +121,7 @@ def measure_pilot(
         "output_tokens_per_gpu_hour": _r(r["completion_tokens"].sum() / gpu_h)
         if gpu_h > 0
         else None,
-        "startup_overhead_s": _r(_startup_overhead(run, span_s)),
+        "startup_overhead_s": _r(_startup_overhead(layout, span_s)),
         "labels": labels,
     }
 
@@ -263,22 +267,13 @@ def _hours(x: float) -> float | None:
     return None if not math.isfinite(x) else float(f"{x:.5g}")
 
 
+def _md_cell(value: Any) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, int | float) else str(value)
+
+
 def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append(
-            "| "
-            + " | ".join(
-                "-"
-                if r.get(c) is None
-                else f"{r[c]:,}"
-                if isinstance(r[c], int | float)
-                else str(r[c])
-                for c in cols
-            )
-            + " |"
-        )
-    return out
+    return out + ["| " + " | ".join(_md_cell(r.get(c)) for c in cols) + " |" for r in rows]
 
 
 def to_markdown(res: dict[str, Any]) -> str:

@@ -1,0 +1,122 @@
+"""The run directory, results/<run>/: the one place that names its files.
+
+The rules (rules/common.smk builds `LAYOUT`), `rewardprof check` and `rewardprof estimate` all
+take their paths from RunLayout, so a file moves in one place. Shard files are named
+`<i>-of-<n>.<suffix>`; the shard methods accept Snakemake wildcards too
+(`layout.shard_tasks("{i}", "{n}")` -> `.../shards/{i}-of-{n}.parquet`).
+
+    materialize/tasks.parquet, materialize/report.json   the tasks table and its index ranges
+    shards/<i>-of-<n>.parquet                            shard i's tasks
+    rollouts/<i>-of-<n>.parquet, rollouts/journal/       shard outputs; the journal of them all
+    rollouts.parquet/, merge_report.json                 the merged dataset
+    profile/, export/, report/                           the profile, the export, the report
+    logs/, benchmarks/                                   one log / timing per job
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RESULTS = Path("results")
+_SHARD_NAME = re.compile(r"^(\d+)-of-(\d+)\.([A-Za-z0-9]+)$")
+
+# report/: the report stage's figures and tables (docs/profile.md, "Report")
+REPORT_FILES = {
+    "hist": "pass_rate_hist.png",
+    "tokens": "tokens_vs_pass_rate.png",
+    "failures": "failures.png",
+    "labels": "labels.csv",
+    "export": "export.csv",
+}
+
+
+def shard_name(i: int | str, n: int | str, suffix: str = "parquet") -> str:
+    return f"{i}-of-{n}.{suffix}"
+
+
+def parse_shard_name(name: str, suffix: str = "parquet") -> tuple[int, int] | None:
+    """(i, n) of a file named `<i>-of-<n>.<suffix>`, else None."""
+    m = _SHARD_NAME.match(name)
+    if m is None or m.group(3) != suffix:
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+class RunLayout:
+    """Every path of one run directory: fixed files as attributes, per-shard, per-label and
+    per-job files from methods. `num_shards` is the default `n` of the shard methods."""
+
+    def __init__(self, root: str | Path, num_shards: int | None = None):
+        self.root = root = Path(root)
+        self.num_shards = num_shards
+        # materialize: the tasks table and its per-entry [start, end) index ranges
+        self.tasks = root / "materialize" / "tasks.parquet"
+        self.materialize_report = root / "materialize" / "report.json"
+        # shard and rollout: shards/<i>-of-<n>.parquet in, rollouts/<i>-of-<n>.parquet out
+        self.shards_dir = root / "shards"
+        self.rollouts_dir = root / "rollouts"
+        # shared by all shards and all shard counts; not a declared output (rules/rollout.smk)
+        self.journal = self.rollouts_dir / "journal"
+        # merge: the merged dataset (a directory of Parquet files) and its report
+        self.rollouts = root / "rollouts.parquet"
+        self.merge_report = root / "merge_report.json"
+        self.profile_dir = root / "profile"
+        self.profile_tasks = self.profile_dir / "tasks.parquet"
+        self.profile_jsonl = self.profile_dir / "tasks.jsonl"
+        self.profile_summary = self.profile_dir / "summary.json"
+        self.export_dir = root / "export"
+        self.export_combined = self.export_dir / "combined.jsonl"
+        self.export_report = self.export_dir / "report.json"
+        self.report_dir = root / "report"
+
+    @classmethod
+    def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
+        return cls(RESULTS / run, num_shards)
+
+    def __repr__(self) -> str:
+        return f"RunLayout({str(self.root)!r}, num_shards={self.num_shards})"
+
+    def _n(self, n: int | str | None) -> int | str:
+        if n is None:
+            n = self.num_shards
+        if n is None:
+            raise ValueError(f"{self!r}: the shard count is not known; pass n")
+        return n
+
+    def shard_tasks(self, i: int | str, n: int | str | None = None) -> Path:
+        return self.shards_dir / shard_name(i, self._n(n))
+
+    def shard_rollouts(self, i: int | str, n: int | str | None = None) -> Path:
+        return self.rollouts_dir / shard_name(i, self._n(n))
+
+    def all_shard_rollouts(self, n: int | None = None) -> list[Path]:
+        n = int(self._n(n))
+        return [self.shard_rollouts(i, n) for i in range(n)]
+
+    def profile_by_label(self, label: str) -> Path:
+        return self.profile_dir / "by_label" / f"{label}.parquet"
+
+    def export_by_label(self, label: str) -> Path:
+        return self.export_dir / "by_label" / f"{label}.jsonl"
+
+    def report_file(self, key: str) -> Path:
+        """One of REPORT_FILES by its key, e.g. report_file("labels") -> report/labels.csv."""
+        return self.report_dir / REPORT_FILES[key]
+
+    # ---- one log and one benchmark per job -----------------------------------------------
+    def log(self, stage: str) -> Path:
+        return self.root / "logs" / f"{stage}.log"
+
+    def shard_log(self, kind: str, i: int | str, n: int | str | None = None) -> Path:
+        """logs/<kind>/<i>-of-<n>.log; kind is shard, rollout or engine."""
+        return self.root / "logs" / kind / shard_name(i, self._n(n), "log")
+
+    def benchmark(self, stage: str) -> Path:
+        return self.root / "benchmarks" / f"{stage}.tsv"
+
+    def shard_benchmarks_dir(self, stage: str) -> Path:
+        return self.root / "benchmarks" / stage
+
+    def shard_benchmark(self, stage: str, i: int | str, n: int | str | None = None) -> Path:
+        return self.shard_benchmarks_dir(stage) / shard_name(i, self._n(n), "tsv")
