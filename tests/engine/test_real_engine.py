@@ -30,7 +30,8 @@ from rewardprof.core.config import validate_config
 from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.runner import run_shard, task_seed
+from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

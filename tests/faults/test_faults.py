@@ -20,7 +20,8 @@ from rewardprof.engine.client import ChatClient
 from rewardprof.stages import StagePaths, merge, profile
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
 from rewardprof.stages.rollout.output import ShardIncomplete
-from rewardprof.stages.rollout.runner import run_shard, task_seed
+from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.config import Config, validate_config
 from rewardprof.engine.session import Endpoint
 from rewardprof.stages import StagePaths, materialize
-from rewardprof.stages.rollout.runner import gen_key, task_seed
+from rewardprof.stages.rollout.seeds import gen_key, task_seed
 
 MODEL = "fake-model"
 _Q = re.compile(r"What is (\d+) \+ (\d+)\?")

@@ -6,7 +6,8 @@ import pandas as pd
 
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
-from rewardprof.stages.rollout.runner import Unit, _units, task_seed
+from rewardprof.stages.rollout.runner import Unit, _units
+from rewardprof.stages.rollout.seeds import task_seed
 
 
 def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):

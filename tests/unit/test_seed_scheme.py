@@ -15,13 +15,8 @@ from harness import shardkit as kit
 from rewardprof.core.config import ConfigError, validate_config
 from rewardprof.stages.rollout import runner as runner_mod
 from rewardprof.stages.rollout.journal import scan_journal
-from rewardprof.stages.rollout.runner import (
-    SEED_SCHEME,
-    gen_key,
-    legacy_gen_key,
-    run_shard,
-    task_seed,
-)
+from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

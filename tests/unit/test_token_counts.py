@@ -11,7 +11,8 @@ import pytest
 from harness import shardkit as kit
 
 from rewardprof.engine.client import _parse_choices
-from rewardprof.stages.rollout.runner import gen_key, run_shard, wants_token_ids
+from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.seeds import gen_key, wants_token_ids
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

@@ -26,7 +26,7 @@ from rewardprof.core.errors import ConfigError  # defined there, raised and re-e
 
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
-# r (rewardprof.stages.rollout.runner.task_seed): K is at most 2^12.
+# r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
 
 

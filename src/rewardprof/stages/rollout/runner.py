@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import json
 import logging
@@ -27,10 +26,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardprof.core.config import MAX_NUM_REPEATS, Config
+from rewardprof.core.config import Config
 from rewardprof.core.schemas import OK, FailureKind, TokensSource
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.session import Endpoint
@@ -39,6 +37,14 @@ from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress
+from rewardprof.stages.rollout.seeds import (
+    SEED_SCHEME,
+    gen_key,
+    legacy_gen_key,
+    task_seed,
+    wants_token_ids,
+)
+from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices, read_text
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
@@ -52,64 +58,6 @@ class Unit:
 
     pos: int  # row of the task in the shard table
     indices: list[int]
-
-
-# How a rollout's seed derives from its task (task_seed below). Part of gen_key: records made
-# under another scheme are stale (not reused, regenerated), so one shard never mixes schemes.
-#   1: 15 bits of sha256 << 16 (before issue #14: 2^15 distinct bases, shared at scale)
-#   2: 51 bits of sha256 << 12, rollout index in the low 12 bits (docs/robustness.md)
-SEED_SCHEME = 2
-ROLLOUT_BITS = 12  # K <= 2^12 (config: MAX_NUM_REPEATS)
-assert MAX_NUM_REPEATS <= 1 << ROLLOUT_BITS
-_BASE_MASK = ((1 << 63) - 1) & ~((1 << ROLLOUT_BITS) - 1)
-
-
-def _gen_spec(cfg: Config, model: str) -> dict[str, Any]:
-    s = cfg.sampling
-    return {
-        "model": model,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "max_tokens": s.max_tokens,
-        "seed": s.seed,
-        "extra_body": cfg.engine.extra_body,
-    }
-
-
-def _fingerprint(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def gen_key(cfg: Config, model: str) -> str:
-    """Fingerprint of what a rollout's text depends on; records of another key are not reused.
-    return_token_ids (in extra_body or engine.return_token_ids) only adds token ids to the
-    response, never changes the text: it is left out."""
-    spec = _gen_spec(cfg, model)
-    spec["extra_body"] = {k: v for k, v in spec["extra_body"].items() if k != "return_token_ids"}
-    spec["seed_scheme"] = SEED_SCHEME
-    return _fingerprint(spec)
-
-
-def legacy_gen_key(cfg: Config, model: str) -> str:
-    """The gen_key the same config had under seed scheme 1 (to name such records in the log)."""
-    return _fingerprint(_gen_spec(cfg, model))
-
-
-def task_seed(base_seed: int, task_id: str) -> int:
-    """Rollout r of a task samples with seed task_seed + r (vLLM gives choice j seed + j).
-
-    Bits 12..62 of the seed are the top 51 bits of sha256("<base_seed>:<task_id>"), the low 12
-    bits are 0 and take r < 2^12: task_seed + r <= 2^63 - 1 (vLLM takes a signed 64-bit seed),
-    and two tasks share seeds only when their 51-bit bases collide (docs/robustness.md)."""
-    digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
-    return (int.from_bytes(digest[:8], "big") >> 1) & _BASE_MASK
-
-
-def wants_token_ids(cfg: Config) -> bool:
-    """Whether requests carry return_token_ids: true (engine.return_token_ids; null: serve
-    mode only, where the engine is always vLLM)."""
-    flag = cfg.engine.return_token_ids
-    return cfg.engine.mode == "serve" if flag is None else flag
 
 
 def _units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
@@ -170,7 +118,7 @@ class ShardRun:
         scan = scan_journal(self.journal_dir)
         col = resolve(scan, self.tasks[["task_index", "task_id", "num_repeats"]], self.gen_key)
         ok = col.winners[col.winners["status"] == OK]
-        missing = _missing_indices(self.tasks, ok)
+        missing = missing_indices(self.tasks, ok)
         info = {
             "journaled_ok": len(ok),
             "stale": col.stale,
@@ -273,7 +221,7 @@ class ShardRun:
             return
         if self.tasks_path is None:
             raise ValueError("tasks without messages/row columns need tasks_path")
-        self._text.update(_read_text(self.tasks_path, need))
+        self._text.update(read_text(self.tasks_path, need))
 
     def _text_batches(self, positions: list[int]) -> list[list[int]]:
         """`positions` split by the tasks file's row groups (one read each), in order."""
@@ -367,50 +315,6 @@ async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) ->
     return verdict
 
 
-def _load_tasks(path: Path) -> pd.DataFrame:
-    """The shard's tasks without their text (messages, row): see ShardRun.load_text."""
-    cols = ["task_index", "task_id", "label", "environment", "num_repeats"]
-    return pq.read_table(path, columns=cols).to_pandas()
-
-
-def _read_text(path: Path, positions: list[int]) -> dict[int, tuple[str, str]]:
-    """messages + row of the tasks at `positions` (row numbers in the file), reading only the
-    row groups that hold them."""
-    pf = pq.ParquetFile(path)
-    wanted = np.unique(np.asarray(positions, dtype=np.int64))
-    starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-    out: dict[int, tuple[str, str]] = {}
-    groups = np.unique(np.searchsorted(starts, wanted, side="right") - 1)
-    for g in groups.tolist():
-        lo, hi = int(starts[g]), int(starts[g + 1])
-        local = wanted[(wanted >= lo) & (wanted < hi)]
-        part = pf.read_row_group(g, columns=["messages", "row"]).take(pa.array(local - lo))
-        msgs, rows = part.column("messages").to_pylist(), part.column("row").to_pylist()
-        out.update(zip(local.tolist(), zip(msgs, rows, strict=True), strict=True))
-    return out
-
-
-def _missing_indices(tasks: pd.DataFrame, ok: pd.DataFrame) -> list[list[int]]:
-    """Per task (in table order), the rollout indices < num_repeats without an ok record."""
-    repeats = tasks["num_repeats"].to_numpy(np.int64)
-    if not len(repeats):
-        return []
-    width = int(repeats.max())
-    pos = pd.Index(tasks["task_index"]).get_indexer(ok["task_index"])
-    have = np.zeros((len(repeats), width + 1), dtype=bool)
-    ri = ok["rollout_index"].to_numpy(np.int64)
-    sel = (pos >= 0) & (ri < width)
-    have[pos[sel], ri[sel]] = True
-    need = (np.arange(width + 1) < repeats[:, None]) & ~have
-    counts = need.sum(axis=1)
-    missing: list[list[int]] = [[] for _ in range(len(repeats))]
-    full = {k: list(range(k)) for k in np.unique(repeats).tolist()}
-    for p in np.flatnonzero(counts).tolist():
-        k = int(repeats[p])
-        missing[p] = list(full[k]) if counts[p] == k else np.flatnonzero(need[p]).tolist()
-    return missing
-
-
 def run_shard(
     cfg: Config,
     endpoint: Endpoint,
@@ -426,7 +330,7 @@ def run_shard(
         run = ShardRun(
             cfg,
             endpoint,
-            _load_tasks(Path(shard_tasks)),
+            load_tasks(Path(shard_tasks)),
             journal,
             shard_tag,
             tasks_path=Path(shard_tasks),
