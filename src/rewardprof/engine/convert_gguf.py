@@ -64,8 +64,12 @@ def sha256(path: Path) -> str:
 def convert(gguf: Path, out: Path, source: str) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    import torch  # engine-only: the engine interpreter has torch, the core does not
+    from transformers import (  # engine-only: as torch
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+    )
 
     t0 = time.time()
     folder, name = str(gguf.parent), gguf.name

@@ -12,8 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from rewardprof.core.config import Entry, GeneratorSource
 from rewardprof.core.errors import RewardprofError
+from rewardprof.sources.generators import generate_rows
 
 
 class SourceError(RewardprofError, ValueError):
@@ -35,8 +38,6 @@ def file_sha256(path: Path) -> str:
 def iter_rows(entry: Entry, base_dir: Path | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     src = entry.source
     if isinstance(src, GeneratorSource):
-        from rewardprof.sources.generators import generate_rows
-
         yield from enumerate(generate_rows(src), start=1)
         return
     path = resolve_source(entry, base_dir)
@@ -82,8 +83,6 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    import pyarrow.parquet as pq
-
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file

@@ -38,9 +38,11 @@ def json_safe(value: Any) -> Any:
 
 
 def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
-    import reasoning_gym
+    import reasoning_gym  # optional: the environments extra
 
-    from rewardprof.environments.reasoning_gym import ANSWER_INSTRUCTION
+    from rewardprof.environments.reasoning_gym import (  # lazy: with reasoning_gym
+        ANSWER_INSTRUCTION,
+    )
 
     if src.task not in reasoning_gym.factory.DATASETS:
         raise GeneratorError(f"reasoning_gym: unknown task {src.task!r}")

@@ -49,13 +49,13 @@ _MAX_POINTS = 20000
 
 def _plt():
     try:
-        import matplotlib
+        import matplotlib  # optional: the report extra
     except ModuleNotFoundError:
         raise SystemExit(
             "rewardprof report: matplotlib is missing; pip install 'rewardprof[report]'"
         ) from None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: the report extra
 
     return plt
 

@@ -44,6 +44,7 @@ holds the monotonic arrival time of every chat request (to check backoff and Ret
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import email.utils
@@ -355,8 +356,6 @@ def scripted(answers: dict[str, str], default: str = "I am not sure.") -> Answer
 
 
 def main() -> None:  # `python -m rewardprof.testing.fake_server --port 8000 --answers a.json`
-    import argparse
-
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="fake-model")

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config, GeneratorSource, load_config
 from rewardprof.core.layout import RunLayout, parse_shard_name
+from rewardprof.sources.files import resolve_source
 
 _COLS = [
     "task_index",
@@ -139,8 +140,6 @@ def count_tasks(
     cfg: Config, base_dir: Path | None = None, skip: set[str] | None = None
 ) -> dict[str, int]:
     """Tasks per entry of a config, without materializing (line / row counts, then limit)."""
-    from rewardprof.sources.files import resolve_source
-
     out = {}
     for e in cfg.entries:
         if e.label in (skip or ()):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewardprof.core.errors import RewardprofError
+from rewardprof.tools.slurm_config import user_profile_root
 
 DEFAULT_LOG_DIR = ".snakemake/launch"
 STOP_GRACE_S = 60  # Snakemake's time to scancel its jobs after SIGINT
@@ -121,7 +122,7 @@ class Controller:
     def checkpoint(self, *args, **kwargs):
         """submitit calls this on timeout/preemption (USR2): stop Snakemake, requeue a fresh
         controller that reruns with --rerun-incomplete."""
-        import submitit
+        import submitit  # optional: the slurm extra
 
         print(
             f"rewardprof controller: checkpoint at attempt {self.attempt}: stopping snakemake",
@@ -155,7 +156,7 @@ class LaunchOptions:
 
 
 def make_executor(opts: LaunchOptions):
-    import submitit
+    import submitit  # optional: the slurm extra
 
     folder = Path(opts.log_dir) / "%j"
     if opts.cluster == "slurm":
@@ -185,8 +186,6 @@ def make_executor(opts: LaunchOptions):
 
 def default_snakemake_args() -> list[str]:
     """`--profile slurm` when installed, else the checkout's profiles/slurm."""
-    from rewardprof.tools.slurm_config import user_profile_root
-
     if (user_profile_root() / "slurm").exists():
         return ["--profile", "slurm"]
     return ["--profile", "profiles/slurm"]

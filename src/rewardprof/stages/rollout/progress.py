@@ -15,7 +15,7 @@ class Progress:
         self.started = self._last = time.monotonic()
         self._bar = None
         if self.stream.isatty() and total:
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: only a terminal draws a bar
 
             self._bar = tqdm(
                 total=total,

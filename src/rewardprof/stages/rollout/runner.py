@@ -295,7 +295,7 @@ def _warm_worker(name: str, options_json: str) -> None:
 
 
 def _make_pool(workers: int):
-    from pebble import ProcessPool
+    from pebble import ProcessPool  # lazy: only a shard with work starts the pool
 
     return ProcessPool(max_workers=workers)
 
