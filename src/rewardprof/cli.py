@@ -10,6 +10,7 @@ caught once, in `main`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -54,8 +55,20 @@ def _add_config(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config-json", help="config as JSON text")
 
 
-def _path(value: str | None) -> Path | None:
-    return Path(value) if value else None
+def _stage_paths(args: argparse.Namespace) -> StagePaths:
+    """A stage command's StagePaths: its arguments are named as StagePaths' fields (dest)."""
+    values: dict[str, object] = {}
+    for field in dataclasses.fields(StagePaths):
+        value = getattr(args, field.name, None)
+        if value is None:
+            continue
+        if field.name in ("shard", "num_shards"):
+            values[field.name] = value
+        elif field.name == "shards":
+            values[field.name] = tuple(Path(v) for v in value)
+        else:
+            values[field.name] = Path(value)
+    return StagePaths(**values)
 
 
 def _schema_args(p: argparse.ArgumentParser) -> None:
@@ -87,7 +100,7 @@ def _materialize_args(p: argparse.ArgumentParser) -> None:
 def cmd_materialize(args: argparse.Namespace) -> int:
     from rewardprof.stages import materialize  # lazy: only this command loads it
 
-    paths = StagePaths(tasks=Path(args.tasks), report=Path(args.report))
+    paths = _stage_paths(args)
     report = materialize.run(_config(args), paths)
     for e in report["entries"]:
         logging.info(
@@ -111,9 +124,7 @@ def _shard_args(p: argparse.ArgumentParser) -> None:
 def cmd_shard(args: argparse.Namespace) -> int:
     from rewardprof.stages import shard  # lazy: only this command loads it
 
-    paths = StagePaths(
-        tasks=Path(args.tasks), out=Path(args.out), shard=args.shard, num_shards=args.num_shards
-    )
+    paths = _stage_paths(args)
     report = shard.run(None, paths)
     logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, report["num_tasks"])
     return 0
@@ -132,14 +143,7 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from rewardprof.stages import rollout  # lazy: only this command loads it
 
-    paths = StagePaths(
-        tasks=Path(args.tasks),
-        journal=Path(args.journal),
-        out=Path(args.out),
-        shard=args.shard,
-        num_shards=args.num_shards,
-        engine_log=_path(args.engine_log),
-    )
+    paths = _stage_paths(args)
     summary = rollout.run(_config(args), paths)
     logging.info("summary: %s", json.dumps(summary))
     return 0
@@ -156,13 +160,7 @@ def _merge_args(p: argparse.ArgumentParser) -> None:
 def cmd_merge(args: argparse.Namespace) -> int:
     from rewardprof.stages import merge  # lazy: only this command loads it
 
-    paths = StagePaths(
-        tasks=Path(args.tasks),
-        journal=Path(args.journal),
-        out=Path(args.out),
-        report=Path(args.report),
-        shards=tuple(Path(s) for s in args.shards),
-    )
+    paths = _stage_paths(args)
     report = merge.run(None, paths)
     logging.info("merged %d rollouts (%s)", report["num_rollouts"], report["by_status"])
     if report["orphaned_journal_records"]:
@@ -185,12 +183,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rewardprof.stages import profile  # lazy: only this command loads it
     from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
 
-    paths = StagePaths(
-        tasks=Path(args.tasks),
-        rollouts=Path(args.rollouts),
-        report=Path(args.report),
-        out=Path(args.out),
-    )
+    paths = _stage_paths(args)
     summary = profile.run(_config(args), paths)
     print(format_table(summary["labels"]), file=sys.stdout, flush=True)
     return 0
@@ -206,7 +199,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from rewardprof.stages import export  # lazy: only this command loads it
 
-    paths = StagePaths(profile=Path(args.profile), report=Path(args.report), out=Path(args.out))
+    paths = _stage_paths(args)
     report = export.run(_config(args), paths)
     for lab in report["labels"]:
         dropped = ", ".join(f"{k} {v}" for k, v in lab["dropped_by"].items() if v) or "none"
@@ -229,12 +222,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from rewardprof.stages import report  # lazy: only this command loads it
 
-    paths = StagePaths(
-        profile=Path(args.profile),
-        summary=Path(args.summary),
-        export_report=_path(args.export_report),
-        out=Path(args.out),
-    )
+    paths = _stage_paths(args)
     for written in report.run(None, paths)["written"]:
         print(written)
     return 0

@@ -17,6 +17,7 @@ and USR2's default action would kill Snakemake before it could cancel its jobs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import subprocess
@@ -223,7 +224,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         const="local",
         help="submitit's local executor (testing the requeue path)",
     )
-    p.add_argument("--time", type=int, default=2880, help="minutes per attempt (default 2880)")
+    p.add_argument(
+        "--time",
+        dest="time_min",
+        metavar="TIME",
+        type=int,
+        default=2880,
+        help="minutes per attempt (default 2880)",
+    )
     p.add_argument("--cpus", type=int, default=1)
     p.add_argument("--mem-gb", type=float, default=4)
     p.add_argument("--partition", default=None)
@@ -237,6 +245,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--signal-delay",
+        dest="signal_delay_s",
+        metavar="SIGNAL_DELAY",
         type=int,
         default=120,
         help="seconds before the time limit at which the controller checkpoints",
@@ -255,17 +265,13 @@ def run_command(args: argparse.Namespace) -> int:
         sm_args = sm_args[1:]
     if not sm_args:
         sm_args = default_snakemake_args()
+    # the arguments are named as LaunchOptions' fields (dest)
     opts = LaunchOptions(
-        cluster=args.cluster,
-        log_dir=args.log_dir,
-        time_min=args.time,
-        cpus=args.cpus,
-        mem_gb=args.mem_gb,
-        partition=args.partition,
-        account=args.account,
-        qos=args.qos,
-        max_requeues=args.max_requeues,
-        signal_delay_s=args.signal_delay,
+        **{
+            f.name: getattr(args, f.name)
+            for f in dataclasses.fields(LaunchOptions)
+            if f.name in vars(args)
+        }
     )
     job = launch(sm_args, opts)
     print(follow_hint(job, opts), flush=True)
