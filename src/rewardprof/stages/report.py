@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
+from rewardprof.core.layout import REPORT_FILES
 from rewardprof.stages import StagePaths, StageReport
 
 _LABEL_COLUMNS = [
@@ -187,14 +188,12 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
     out.mkdir(parents=True, exist_ok=True)
     summary = json.loads(paths.need("summary").read_text())
     labels = summary["labels"]
-    _pass_rate_histograms(labels, out / "pass_rate_hist.png")
-    _tokens_vs_pass_rate(paths.need("profile"), labels, out / "tokens_vs_pass_rate.png")
-    _failure_bars(labels, out / "failures.png")
-    _write_csv(out / "labels.csv", _LABEL_COLUMNS, labels)
-    written = [
-        out / n
-        for n in ("pass_rate_hist.png", "tokens_vs_pass_rate.png", "failures.png", "labels.csv")
-    ]
+    file = {key: out / name for key, name in REPORT_FILES.items()}  # the names RunLayout gives
+    _pass_rate_histograms(labels, file["hist"])
+    _tokens_vs_pass_rate(paths.need("profile"), labels, file["tokens"])
+    _failure_bars(labels, file["failures"])
+    _write_csv(file["labels"], _LABEL_COLUMNS, labels)
+    written = [file["hist"], file["tokens"], file["failures"], file["labels"]]
     if paths.export_report:
         ex = json.loads(paths.export_report.read_text())
         reasons = sorted({k for lab in ex["labels"] for k in lab["dropped_by"]})
@@ -213,6 +212,6 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
             "kept_share",
             "target_share",
         ]
-        _write_csv(out / "export.csv", cols, rows)
-        written.append(out / "export.csv")
+        _write_csv(file["export"], cols, rows)
+        written.append(file["export"])
     return {"written": [str(p) for p in written]}
