@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardprof.environments import Environment, RowError, Verdict, VerifyContext
+from pydantic import Field
+
+from rewardprof.environments import (
+    Environment,
+    EnvironmentOptions,
+    RowError,
+    Verdict,
+    VerifyContext,
+)
 
 _FINAL = re.compile(r"final answer\s*:\s*(.+)", re.I)
 
@@ -23,9 +31,16 @@ def final_answer(completion: str) -> str | None:
     return lines[-1] if lines else None
 
 
+class ExactMatchOptions(EnvironmentOptions):
+    # The entry's `options:`, checked with the config; a description is the key's docs.
+    case_sensitive: bool = Field(False, description="Compare answers case-sensitively.")
+
+
 class ExactMatchEnvironment(Environment):
     name = "exact_match"
     required_fields = ("expected_answer",)  # check_row refuses rows without it
+    Options = ExactMatchOptions
+    options: ExactMatchOptions  # self.options: the validated model
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)  # required fields
@@ -39,6 +54,6 @@ class ExactMatchEnvironment(Environment):
         if answer is None:
             return Verdict(0.0, extras={"reason": "no_answer"})  # the model's fault: reward 0
         expected = str(row["expected_answer"]).strip()
-        if not self.options.get("case_sensitive", False):
+        if not self.options.case_sensitive:
             answer, expected = answer.lower(), expected.lower()
         return Verdict(1.0 if answer == expected else 0.0, extras={"extracted": answer})

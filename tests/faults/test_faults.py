@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 
-from rewardprof.engine.client import ChatClient
+from rewardprof.engine.http import RetryPolicy
 from rewardprof.stages import StagePaths, merge, profile
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
 from rewardprof.stages.rollout.output import ShardIncomplete
@@ -35,13 +35,13 @@ def server():
 def backoffs(monkeypatch) -> list[float]:
     """Every delay the chat client chose before a retry (backoff or Retry-After), in order."""
     chosen: list[float] = []
-    real = ChatClient._backoff
+    real = RetryPolicy.delay_s
 
-    def recording(self, attempt, retry_after):
-        chosen.append(real(self, attempt, retry_after))
+    def recording(self, attempt, retry_after, rng):
+        chosen.append(real(self, attempt, retry_after, rng))
         return chosen[-1]
 
-    monkeypatch.setattr(ChatClient, "_backoff", recording)
+    monkeypatch.setattr(RetryPolicy, "delay_s", recording)
     return chosen
 
 

@@ -2,7 +2,8 @@
 
 The Snakefile validates Snakemake's merged `config` dict through `validate_config` before it
 builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
-key fails with one line naming it, whichever door it came through.
+key fails with one line naming it, whichever door it came through. Each entry's `options` are
+checked there too, against its environment's `Options` model (rewardprof.environments.options).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pydantic import (
 )
 
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.validation import describe_all
+from rewardprof.environments import get_environment_class, known_environments
 
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
@@ -67,7 +70,9 @@ class Entry(_Strict):
     )
     seed: int = Field(0, description="Seed for sample: random.")
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Environment-specific options (see docs/environments.md)."
+        default_factory=dict,
+        description="Options of the entry's environment, checked against its `Options` model "
+        "(the entries[].options sections below; docs/environments.md).",
     )
 
     @field_validator("num_repeats")
@@ -286,70 +291,6 @@ class Config(_Strict):
         return m.split(":", 1)[1] if m.startswith("builtin:") else m
 
 
-def _loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("str", "GeneratorSource", "function-after[_url_scheme(), str]"):
-            continue  # union-branch names are noise to a user
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model whose fields live at `loc` (for suggesting a key)."""
-    model: Any = Config
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if part == "GeneratorSource":
-            model = GeneratorSource
-            continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        ann = field.annotation
-        args = getattr(ann, "__args__", ())
-        candidates = [ann, *args]
-        for sub in args:
-            candidates.extend(getattr(sub, "__args__", ()))
-        nxt = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        model = nxt if nxt is not None else ann
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _describe(err: dict) -> str:
-    loc = tuple(err["loc"])
-    where = _loc(loc) or "config"
-    if err["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1])
-        key = str(loc[-1])
-        hint = ""
-        if parent is not None:
-            # 0.7: typos (num_repeat, concurency, entrys) match; unrelated words (colour ->
-            # rollout at 0.62) get the list of valid keys instead of a misleading guess
-            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.7)
-            if close:
-                hint = f"; did you mean {close[0]}?"
-            else:
-                hint = f"; valid keys: {', '.join(parent.model_fields)}"
-        return f"{where}: unknown key{hint}"
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    if err["type"] == "missing":
-        return f"{where}: required key is missing"
-    if ":" in msg.split(" ")[0]:  # cross-check messages already name their key
-        return msg
-    return f"{where}: {msg} (got {err.get('input')!r})"
-
-
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     """Validate a config dict; raise ConfigError with one line per problem found."""
     if not isinstance(data, dict):
@@ -357,19 +298,16 @@ def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
-        # A union (path | generator) reports every branch; keep the most specific errors.
-        errors = exc.errors()
-        # A dict given for `source` also fails the path branch; that half is noise.
+        # A dict given for `source` also fails the union's path (string) branch; that half is
+        # noise next to the generator branch's specific errors.
         errors = [
             e
-            for e in errors
+            for e in exc.errors()
             if not (e["type"] == "string_type" and isinstance(e.get("input"), dict))
-        ] or errors
-        lines = list(dict.fromkeys(_describe(e) for e in errors))
-        raise ConfigError(f"{origin}: " + "; ".join(lines)) from None
-    from rewardprof.environments import known_environments
-
+        ] or exc.errors()
+        raise ConfigError(f"{origin}: " + describe_all(errors, Config)) from None
     known = known_environments()
+    problems = []
     for i, e in enumerate(cfg.entries):
         if e.environment not in known:
             close = difflib.get_close_matches(e.environment, known, n=1, cutoff=0.5)
@@ -377,7 +315,26 @@ def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
             raise ConfigError(
                 f"{origin}: entries[{i}].environment: unknown environment {e.environment!r}; {hint}"
             )
+        problems += _options_problems(i, e)
+    if problems:
+        raise ConfigError(f"{origin}: " + "; ".join(problems))
     return cfg
+
+
+def _options_problems(i: int, entry: Entry) -> list[str]:
+    """What is wrong with entry i's `options`, checked against its environment's Options."""
+    try:
+        model = get_environment_class(entry.environment).Options
+    except (ImportError, AttributeError, TypeError) as exc:  # a plugin that does not load
+        return [
+            f"entries[{i}].environment: environment {entry.environment!r} cannot be loaded: "
+            f"{type(exc).__name__}: {exc}"
+        ]
+    try:
+        model.model_validate(entry.options)
+    except ValidationError as exc:
+        return [describe_all(exc.errors(), model, prefix=f"entries[{i}].options")]
+    return []
 
 
 def load_config(path: str | Path) -> Config:

@@ -1,8 +1,10 @@
-"""docs/config.md is rendered from the pydantic model, so the reference cannot drift from it
+"""docs/config.md is rendered from the pydantic models (the config's, and each built-in
+environment's `Options`), so the reference cannot drift from them
 (`rewardprof schema --markdown > docs/config.md`; a test compares the two)."""
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from typing import Any
@@ -19,6 +21,7 @@ from rewardprof.core.config import (
     Rollout,
     Sampling,
 )
+from rewardprof.environments import BUILTIN, get_environment_class
 
 SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("top level", Config, "The run as a whole."),
@@ -34,6 +37,21 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("profile", Profile, "Statistics of the profile stage."),
     ("export", Export, "The filtered, re-weighted training set (docs/profile.md)."),
 ]
+
+
+def environment_sections() -> list[tuple[str, type[BaseModel], str]]:
+    """A section per built-in environment's Options, and per model nested in one."""
+    out = []
+    for name in BUILTIN:
+        env = get_environment_class(name)
+        doc = (sys.modules[env.__module__].__doc__ or "").split("\n\n")[0]
+        out.append((f"entries[].options ({name})", env.Options, " ".join(doc.split())))
+        for key, field in env.Options.model_fields.items():
+            for sub in typing.get_args(field.annotation):
+                if isinstance(sub, type) and issubclass(sub, BaseModel):
+                    blurb = " ".join((sub.__doc__ or "").split())
+                    out.append((f"entries[].options.{key} ({name})", sub, blurb))
+    return out
 
 
 def _default(field: Any) -> str:
@@ -69,11 +87,14 @@ def render_markdown() -> str:
     out = [
         "# Config reference",
         "",
-        "Generated from `rewardprof.core.config` (`rewardprof schema --markdown`); the JSON schema",
-        "is `rewardprof schema`. Unknown keys are rejected with the nearest valid key.",
+        "Generated from `rewardprof.core.config` and each built-in environment's `Options` model",
+        "(`rewardprof schema --markdown`); the JSON schema of the config is `rewardprof schema`.",
+        "Unknown keys, also in an entry's `options`, are rejected with the nearest valid key.",
         "",
     ]
-    for title, model, blurb in SECTIONS:
+    # the options of each environment follow the entries' own keys
+    sections = [*SECTIONS[:3], *environment_sections(), *SECTIONS[3:]]
+    for title, model, blurb in sections:
         out += [
             f"## {title}",
             "",
@@ -85,6 +106,7 @@ def render_markdown() -> str:
         for name, field in model.model_fields.items():
             desc = (field.description or "").replace("|", "\\|")
             typ = _type(field).replace("|", "\\|")
-            out.append(f"| `{name}` | {typ} | {_default(field)} | {desc} |")
+            default = _default(field).replace("|", "\\|")
+            out.append(f"| `{name}` | {typ} | {default} | {desc} |")
         out.append("")
     return "\n".join(out)

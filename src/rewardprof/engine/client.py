@@ -4,14 +4,12 @@ One `complete()` call asks for `n` samples with seed `s` (vLLM gives choice j th
 a rollout's text depends only on its own seed, whichever request it came from). Transient
 errors (connection, timeout, 5xx, 429, malformed body) are retried with exponential backoff and
 jitter, honouring Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors
-(context length, other 4xx) fail at once. A server that returns fewer choices than asked is
-asked again for the missing ones only.
+(context length, other 4xx) fail at once (the retry core: `rewardprof.engine.http`). A server
+that returns fewer choices than asked is asked again, at once, for the missing ones only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import json
 import random
 import time
@@ -22,15 +20,7 @@ import aiohttp
 
 from rewardprof.core.config import Rollout
 from rewardprof.core.schemas import FailureKind, TokensSource
-
-_CONTEXT_MARKERS = (
-    "context length",
-    "context_length",
-    "maximum context",
-    "too long",
-    "max_model_len",
-    "maximum model length",
-)
+from rewardprof.engine.http import AttemptError, RetryPolicy, post_json, redact, with_retries
 
 
 @dataclass
@@ -52,61 +42,21 @@ class ChatResult:
     detail: str | None = None
 
 
-class _Attempt(Exception):
-    def __init__(self, kind: str, detail: str, retry: bool, retry_after: float | None = None):
-        super().__init__(detail)
-        self.kind, self.detail, self.retry, self.retry_after = kind, detail, retry, retry_after
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _classify_http(status: int, text: str, headers: Any) -> _Attempt:
-    snippet = " ".join(text.split())[:200]
-    if status == 429:
-        return _Attempt(
-            FailureKind.RATE_LIMITED,
-            f"HTTP 429: {snippet}",
-            True,
-            _retry_after(headers.get("Retry-After")),
-        )
-    if status >= 500 or status == 408:
-        return _Attempt(
-            FailureKind.ENGINE_ERROR,
-            f"HTTP {status}: {snippet}",
-            True,
-            _retry_after(headers.get("Retry-After")),
-        )
-    lowered = text.lower()
-    if status in (400, 413) and any(m in lowered for m in _CONTEXT_MARKERS):
-        return _Attempt(FailureKind.CONTEXT_LENGTH, f"HTTP {status}: {snippet}", False)
-    return _Attempt(FailureKind.REQUEST_ERROR, f"HTTP {status}: {snippet}", False)
-
-
 def _parse_choices(payload: Any, n: int) -> tuple[list[Choice], int | None]:
     if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
-        raise _Attempt(FailureKind.ENGINE_ERROR, "response has no 'choices' list", True)
+        raise AttemptError(FailureKind.ENGINE_ERROR, "response has no 'choices' list", True)
     usage = payload.get("usage") or {}
     raw = payload["choices"]
     choices: list[Choice] = []
     for pos, c in enumerate(raw):
         msg = c.get("message") if isinstance(c, dict) else None
         if not isinstance(msg, dict):
-            raise _Attempt(FailureKind.ENGINE_ERROR, "choice without a message", True)
+            raise AttemptError(FailureKind.ENGINE_ERROR, "choice without a message", True)
         index = c.get("index", pos)
         if not isinstance(index, int) or not 0 <= index < n:
-            raise _Attempt(FailureKind.ENGINE_ERROR, f"choice index {index!r} out of range", True)
+            raise AttemptError(
+                FailureKind.ENGINE_ERROR, f"choice index {index!r} out of range", True
+            )
         ids = c.get("token_ids")
         tokens, source = (len(ids), TokensSource.ENGINE) if isinstance(ids, list) else (None, None)
         choices.append(
@@ -154,40 +104,27 @@ class ChatClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self._secret = api_key
         self.settings = settings
+        self.policy = RetryPolicy(
+            settings.max_attempts,
+            settings.backoff_initial_s,
+            settings.backoff_max_s,
+            settings.retry_budget_s,
+        )
         self.rng = rng or random.Random()
-        self.timeout = aiohttp.ClientTimeout(total=settings.request_timeout_s)
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        s = self.settings
-        delay = min(s.backoff_max_s, s.backoff_initial_s * 2 ** (attempt - 1))
-        delay *= self.rng.uniform(0.5, 1.5)  # jitter: clients that failed together spread out
-        return max(delay, retry_after or 0.0)
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        try:
-            async with self.session.post(
-                self.url, json=body, headers=self.headers, timeout=self.timeout
-            ) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    # redact before the detail is cut to length: no partial key survives
-                    raise _classify_http(resp.status, self.redact(text), resp.headers)
-        except _Attempt:
-            raise
-        except TimeoutError:
-            raise _Attempt(
-                FailureKind.TIMEOUT,
-                f"no response within {self.settings.request_timeout_s:g}s",
-                True,
-            ) from None
-        except (aiohttp.ClientError, ConnectionError, OSError) as exc:
-            raise _Attempt(
-                FailureKind.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"[:200], True
-            ) from None
+        text = await post_json(
+            self.session,
+            self.url,
+            body,
+            self.settings.request_timeout_s,
+            self.headers,
+            secret=self._secret,
+        )
         try:
             return json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Attempt(
+            raise AttemptError(
                 FailureKind.ENGINE_ERROR, "malformed JSON in response body", True
             ) from None
 
@@ -198,12 +135,9 @@ class ChatClient:
         base_seed = body.get("seed")
         pending = list(range(n))  # original indices still missing
         result = ChatResult()
-        started = time.monotonic()
-        last: _Attempt | None = None
-        while pending:
-            if result.attempts >= self.settings.max_attempts:
-                break
-            result.attempts += 1
+
+        async def attempt(number: int) -> None:
+            result.attempts = number
             # Missing choices are asked for again from the first missing index, so every
             # choice keeps the seed it would have had in the original request.
             first = pending[0]
@@ -211,22 +145,8 @@ class ChatClient:
             if base_seed is not None:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
-            try:
-                payload = await self._post(req)
-                choices, prompt_tokens = _parse_choices(payload, n - first)
-            except _Attempt as exc:
-                last = exc
-                if not exc.retry:
-                    break
-                delay = self._backoff(result.attempts, exc.retry_after)
-                spent = time.monotonic() - started
-                if (
-                    result.attempts >= self.settings.max_attempts
-                    or spent + delay > self.settings.retry_budget_s
-                ):
-                    break
-                await asyncio.sleep(delay)
-                continue
+            payload = await self._post(req)
+            choices, prompt_tokens = _parse_choices(payload, n - first)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens
             got = {first + c.index: c for c in choices}
@@ -238,19 +158,21 @@ class ChatClient:
                     )
                     pending.remove(idx)
             if pending:
-                last = _Attempt(
+                raise AttemptError(
                     FailureKind.ENGINE_ERROR,
                     f"server returned {len(choices)} of {n - first} choices",
                     True,
+                    backoff=False,
                 )
-        if pending:
-            assert last is not None
-            result.failure, result.detail = last.kind, self.redact(last.detail)
+
+        if not pending:  # nothing asked for
+            return result
+        try:
+            await with_retries(attempt, self.policy, self.rng)
+        except AttemptError as exc:
+            result.failure, result.detail = exc.kind, self.redact(exc.detail)
         return result
 
     def redact(self, text: str) -> str:
-        """Error text as recorded: some providers quote the API key they were sent in a 401
-        body; the key never reaches a record, a log or an exception."""
-        if self._secret and len(self._secret) >= 4:
-            text = text.replace(self._secret, "[REDACTED]")
-        return text
+        """Error text as recorded: the API key never reaches a record, a log or an exception."""
+        return redact(text, self._secret)

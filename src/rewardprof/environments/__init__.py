@@ -1,7 +1,9 @@
 """Environment registry: built-ins by name, third-party ones through an entry-point group.
 
 A third-party package registers `[project.entry-points."rewardprof.environments"]
-my_env = "my_pkg.my_module:MyEnvironment"`; a built-in is one line in BUILTIN below.
+my_env = "my_pkg.my_module:MyEnvironment"`; a built-in is one line in BUILTIN below. Config
+validation imports an environment's module to read its `Options` model, so a module keeps its
+verifier library's import inside the functions that use it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rewardprof.environments.base import (
     VerifyContext,
     extract_messages,
 )
+from rewardprof.environments.options import EnvironmentOptions
 
 ENTRY_POINT_GROUP = "rewardprof.environments"
 
@@ -58,6 +61,8 @@ def get_environment_class(name: str) -> type[Environment]:
 
 
 def make_environment(name: str, options: dict[str, Any] | None = None) -> Environment:
+    """The environment `name` with its options (a pydantic ValidationError if they are bad;
+    a config's options were already checked by `validate_config`)."""
     return get_environment_class(name)(options)
 
 
@@ -65,6 +70,7 @@ __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
     "Environment",
+    "EnvironmentOptions",
     "RowError",
     "Verdict",
     "VerifyContext",

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import FailureKind
+from rewardprof.environments.extract import get_field
+from rewardprof.environments.options import EnvironmentOptions
 
 
 class RowError(RewardprofError, ValueError):
@@ -108,23 +109,39 @@ def _as_messages(value: Any, key: str) -> list[dict[str, Any]]:
     raise RowError(f"{key}: expected a string or a non-empty list of messages")
 
 
-class Environment:
-    """Base class. Subclasses set `name`, `required_fields` and implement `verify`.
+def with_example(messages: list[dict[str, Any]], example: list[dict[str, str]]) -> list[dict]:
+    """Messages with a worked example exchange (user, assistant) before the task's first user
+    turn (after any system message): small models copy the answer format they are shown."""
+    i = 0
+    while i < len(messages) and messages[i]["role"] == "system":
+        i += 1
+    return [*messages[:i], *example, *messages[i:]]
 
+
+class Environment:
+    """Base class. Subclasses set `name`, `required_fields`, `Options` and implement `verify`.
+
+    `Options` is a pydantic model of the entry's `options:` (see
+    `rewardprof.environments.options`); it is validated with the config, and again when the
+    environment is made (a pydantic ValidationError for a bad mapping), into `self.options`.
     `prompt` runs once per task at materialize time (its messages are stored in the tasks
     table); `verify` runs once per rollout inside the rollout job.
     """
 
     name: ClassVar[str] = ""
     required_fields: ClassVar[tuple[str, ...]] = ()
-    failure_kinds: ClassVar[tuple[str, ...]] = (FailureKind.VERIFIER_ERROR,)
+    Options: ClassVar[type[EnvironmentOptions]] = EnvironmentOptions
 
-    def __init__(self, options: dict[str, Any] | None = None):
-        self.options = dict(options or {})
+    def __init__(self, options: dict[str, Any] | EnvironmentOptions | None = None):
+        self.options = self.Options.model_validate({} if options is None else options)
+
+    def warm(self) -> None:
+        """Import heavy libraries now: the rollout job calls it in each verification worker
+        while the first requests are in flight, so no verification pays for the import."""
 
     def check_row(self, row: dict[str, Any]) -> None:
         """Raise RowError if the row lacks what verification needs (called at materialize)."""
-        missing = [f for f in self.required_fields if _get(row, f) is None]
+        missing = [f for f in self.required_fields if get_field(row, f) is None]
         if missing:
             raise RowError(f"missing field(s) needed by environment {self.name!r}: {missing}")
 
@@ -138,12 +155,3 @@ class Environment:
 
     async def aclose(self) -> None:
         """Release resources (HTTP sessions, caches) at the end of a shard."""
-
-
-def _get(row: dict[str, Any], dotted: str) -> Any:
-    cur: Any = row
-    for part in dotted.split("."):
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-    return cur

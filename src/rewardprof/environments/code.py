@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from rewardprof.core.schemas import FailureKind
-from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
     RowError,
     Verdict,
     VerifyContext,
-    _get,
     has_chat_prompt,
     require_prompt,
 )
+from rewardprof.environments.extract import get_field
+from rewardprof.environments.options import EnvironmentOptions
 from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
 
 CODE_INSTRUCTION = (
@@ -52,7 +54,7 @@ def extract_program(completion: str) -> str | None:
 
 def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The row's tests as [{"stdin", "expected_stdout"} | {"assert"}]; RowError if none."""
-    unit = _get(row, "verifier_metadata.unit_tests")
+    unit = get_field(row, "verifier_metadata.unit_tests")
     if unit is not None:
         ins, outs = unit.get("inputs"), unit.get("outputs")
         if not (isinstance(ins, list) and isinstance(outs, list) and len(ins) == len(outs)):
@@ -77,13 +79,43 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
     raise RowError("no tests: expected verifier_metadata.unit_tests, tests, test_list or test_code")
 
 
+class CodeOptions(EnvironmentOptions):
+    """The sandbox's limits per test (rewardprof.environments.sandbox.Limits)."""
+
+    timeout_s: Annotated[float, Field(gt=0)] = Field(
+        Limits.timeout_s, description="Wall clock per test, in seconds."
+    )
+    cpu_s: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="CPU seconds per test (RLIMIT_CPU; null: timeout_s rounded up)."
+    )
+    memory_mb: Annotated[int, Field(gt=0)] = Field(
+        Limits.memory_mb, description="Address space of the program, in MiB (RLIMIT_AS)."
+    )
+    max_output_bytes: Annotated[int, Field(gt=0)] = Field(
+        Limits.max_output_bytes,
+        description="Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE).",
+    )
+    nproc: Annotated[int, Field(gt=0)] = Field(
+        Limits.nproc, description="Processes and threads of the sandbox's uid (RLIMIT_NPROC)."
+    )
+    isolate: bool = Field(
+        Limits.isolate, description="New network and mount namespaces (when running as root)."
+    )
+    python: str | None = Field(
+        None,
+        description="Interpreter for the program (null: one the unprivileged sandbox user "
+        "can execute).",
+    )
+
+    def limits(self) -> Limits:
+        cpu_s = self.cpu_s if self.cpu_s is not None else max(1, int(self.timeout_s + 0.999))
+        return Limits(**self.model_dump(exclude={"cpu_s"}), cpu_s=cpu_s)
+
+
 class CodeEnvironment(Environment):
     name = "code"
-    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
-
-    def __init__(self, options: dict[str, Any] | None = None):
-        super().__init__(options)
-        check_options(self.name, self.options, Limits.__dataclass_fields__)
+    Options = CodeOptions
+    options: CodeOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -101,7 +133,7 @@ class CodeEnvironment(Environment):
         if program is None:
             return Verdict(0.0, extras={"reason": "no_code"})
         tests = row_tests(row)
-        limits = Limits.from_options(self.options)
+        limits = self.options.limits()
         # The pool's hard timeout is a backstop above the per-test wall clocks.
         budget = len(tests) * (limits.timeout_s + 3) + 15
         try:

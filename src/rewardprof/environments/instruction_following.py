@@ -20,8 +20,9 @@ import threading
 from functools import cache
 from typing import Any
 
+from pydantic import Field
+
 from rewardprof.core.schemas import FailureKind
-from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
     RowError,
@@ -29,6 +30,8 @@ from rewardprof.environments.base import (
     VerifyContext,
     extract_messages,
 )
+from rewardprof.environments.extract import last_user_text
+from rewardprof.environments.options import VerifyTimeout
 
 GRADING_MODES = ("binary", "fraction")
 
@@ -44,7 +47,7 @@ _LOAD_LOCK = threading.Lock()
 
 
 def _seed_langdetect() -> None:
-    from langdetect import DetectorFactory, detector_factory
+    from langdetect import DetectorFactory, detector_factory  # lazy: only where checks run
 
     DetectorFactory.seed = LANGDETECT_SEED
     detector_factory.init_factory()
@@ -60,15 +63,19 @@ def _registries() -> tuple[dict[str, Any], dict[str, Any]]:
 @cache
 def _load_registries() -> tuple[dict[str, Any], dict[str, Any]]:
     _seed_langdetect()
-    import nltk
+    import nltk  # lazy: ~1 s, only where checks run
 
     # if_verifiable.ifbench calls nltk.download() at import; rewardprof never fetches at run time
     # (a check that needs absent data raises LookupError, reported as a verifier_error).
     download = nltk.download
     nltk.download = lambda *args, **kwargs: False
     try:
-        from if_verifiable.ifbench.instructions_registry import INSTRUCTION_DICT as ifbench
-        from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT as ifeval
+        from if_verifiable.ifbench.instructions_registry import (  # lazy: ~3 s to import
+            INSTRUCTION_DICT as ifbench,
+        )
+        from if_verifiable.ifeval.instructions_registry import (  # lazy: ~3 s to import
+            INSTRUCTION_DICT as ifeval,
+        )
     finally:
         nltk.download = download
     return dict(ifeval), dict(ifbench)
@@ -83,7 +90,7 @@ def check_instructions(
     response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str
 ) -> list[dict[str, Any]]:
     """Runs in a worker process: per instruction {id, strict, loose} via if-verifiable."""
-    from if_verifiable.common import evaluate_instructions
+    from if_verifiable.common import evaluate_instructions  # lazy: ~3 s, in workers only
 
     ifeval, ifbench = _registries()
     out = []
@@ -118,18 +125,22 @@ def _kwargs(row: dict[str, Any]) -> list[dict[str, Any]]:
 def _prompt_text(row: dict[str, Any]) -> str:
     if isinstance(row.get("prompt"), str):
         return row["prompt"]
-    users = [m["content"] for m in extract_messages(row) if m["role"] == "user"]
-    return str(users[-1]) if users else ""
+    return last_user_text(extract_messages(row))
+
+
+class InstructionFollowingOptions(VerifyTimeout):
+    loose: bool = Field(
+        False,
+        description="IFEval's loose variant: also accept the response with its first / last "
+        "line or markdown asterisks removed.",
+    )
 
 
 class InstructionFollowingEnvironment(Environment):
     name = "instruction_following"
     required_fields = ("instruction_id_list",)
-    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
-
-    def __init__(self, options: dict[str, Any] | None = None):
-        super().__init__(options)
-        check_options(self.name, self.options, ["loose", "timeout_s"])
+    Options = InstructionFollowingOptions
+    options: InstructionFollowingOptions
 
     def warm(self) -> None:
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
@@ -151,7 +162,7 @@ class InstructionFollowingEnvironment(Environment):
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         ids = list(row["instruction_id_list"])
-        timeout = float(self.options.get("timeout_s", ctx.timeout_s))
+        timeout = self.options.timeout_s or ctx.timeout_s
         try:
             results = await ctx.run_in_pool(
                 check_instructions,
@@ -167,7 +178,7 @@ class InstructionFollowingEnvironment(Environment):
             )
         except Exception as exc:  # a crashing check is recorded, never a silent 0
             return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
-        key = "loose" if self.options.get("loose") else "strict"
+        key = "loose" if self.options.loose else "strict"
         followed = [bool(r[key]) for r in results]
         fraction = sum(followed) / len(followed)
         mode = row.get("grading_mode", "binary")

@@ -8,10 +8,11 @@ math-verify parses LaTeX into SymPy; a pathological expression can wedge SymPy f
 the comparison runs in a worker process with a hard timeout (`options.timeout_s`; a timeout is a
 `verifier_timeout` failure, never a 0).
 
-Optional judge fallback (off by default): with `options.judge` set to llm_judge client options
-(base_url, model, ...), an answer math-verify rejects is shown to the judge with the expected
-answer; its EQUIVALENT verdict gives reward 1 (extras.judged = true). A judge that fails or
-answers garbage makes the rollout a `judge_error`, not a 0.
+Optional judge fallback (off by default): with `options.judge` set to judge client options
+(base_url, model, ...: `rewardprof.environments.options.JudgeOptions`), an answer math-verify
+rejects is shown to the judge with the expected answer; its EQUIVALENT verdict gives reward 1
+(extras.judged = true). A judge that fails or answers garbage makes the rollout a
+`judge_error`, not a 0.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import Field
+
 from rewardprof.core.schemas import FailureKind
-from rewardprof.environments._options import check_options
 from rewardprof.environments.base import (
     Environment,
     Verdict,
@@ -28,29 +30,12 @@ from rewardprof.environments.base import (
     has_chat_prompt,
     require_prompt,
 )
+from rewardprof.environments.extract import last_boxed
+from rewardprof.environments.options import JudgeOptions, VerifyTimeout
 
 BOX_INSTRUCTION = "Put your final answer within \\boxed{}."
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _TRAILING_PERIOD = re.compile(r"\s*\.?\s*$")
 _OUTER_PARENS = re.compile(r"^\s*\\\((.*)\\\)\s*$", re.S)
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete \\boxed{...} (nested braces handled), or None."""
-    found = None
-    for m in _BOX_RE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            c = text[i]
-            if c == "\\" and i + 1 < len(text):  # skip escaped braces like \{
-                i += 2
-                continue
-            depth += c == "{"
-            depth -= c == "}"
-            i += 1
-        if depth == 0:
-            found = text[m.end() : i - 1]
-    return found
 
 
 def normalize_expected(expected: Any) -> str:
@@ -62,7 +47,7 @@ def normalize_expected(expected: Any) -> str:
 
 def math_equal(expected: str, answer: str, timeout_s: float) -> bool:
     """Runs in a worker process: math-verify's own comparison of two boxed answers."""
-    from math_verify import LatexExtractionConfig, parse, verify
+    from math_verify import LatexExtractionConfig, parse, verify  # lazy: SymPy (~1 s)
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0)]
     gold = parse("\\boxed{" + expected + "}", extraction_config=cfg)
@@ -82,27 +67,31 @@ Reply with one line: VERDICT: EQUIVALENT or VERDICT: NOT_EQUIVALENT"""
 _JUDGE_VERDICT = re.compile(r"VERDICT:\s*\**\s*(NOT_EQUIVALENT|EQUIVALENT)")
 
 
+class MathOptions(VerifyTimeout):
+    judge: JudgeOptions | None = Field(
+        None,
+        description="Judge fallback (null: off): an answer math-verify rejects is shown to this "
+        "judge with the expected answer; VERDICT: EQUIVALENT gives 1 (extras.judged).",
+    )
+
+
 class MathEnvironment(Environment):
     name = "math"
     required_fields = ("expected_answer",)
-    failure_kinds = (
-        FailureKind.VERIFIER_ERROR,
-        FailureKind.VERIFIER_TIMEOUT,
-        FailureKind.JUDGE_ERROR,
-    )
+    Options = MathOptions
+    options: MathOptions
 
-    def __init__(self, options: dict[str, Any] | None = None):
+    def __init__(self, options: dict[str, Any] | MathOptions | None = None):
         super().__init__(options)
-        check_options(self.name, self.options, ["timeout_s", "judge"])
         self._judge: Any = None
-        if self.options.get("judge"):
-            from rewardprof.environments.llm_judge import JudgeClient
+        if self.options.judge is not None:
+            from rewardprof.environments.judge import JudgeClient  # lazy: aiohttp, judge only
 
-            self._judge = JudgeClient(dict(self.options["judge"]))  # validated now, used lazily
+            self._judge = JudgeClient(self.options.judge)  # its session is made on first use
 
     def warm(self) -> None:
         """Import math-verify now, e.g. before a fork-based pool starts."""
-        import math_verify  # noqa: F401
+        import math_verify  # noqa: F401  # lazy: math-verify imports SymPy (~1 s)
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -122,7 +111,7 @@ class MathEnvironment(Environment):
         answer = _TRAILING_PERIOD.sub("", answer)  # "\boxed{5.}" ends a sentence, not a number
         if not answer:
             return Verdict(0.0, extras={"extracted": "", "reason": "empty_box"})
-        timeout = float(self.options.get("timeout_s", ctx.timeout_s))
+        timeout = self.options.timeout_s or ctx.timeout_s
         try:
             # The pool's hard timeout sits above math-verify's own, so a wedged call is killed.
             same = await ctx.run_in_pool(
@@ -136,12 +125,12 @@ class MathEnvironment(Environment):
             return Verdict.failure(
                 FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300], extracted=answer
             )
-        if not same and self.options.get("judge"):
+        if not same and self._judge is not None:
             return await self._judge_fallback(row, expected, answer)
         return Verdict(1.0 if same else 0.0, extras={"extracted": answer})
 
     async def _judge_fallback(self, row: dict[str, Any], expected: str, answer: str) -> Verdict:
-        from rewardprof.environments.llm_judge import JudgeError, parse_verdict
+        from rewardprof.environments.judge import JudgeError, parse_verdict  # lazy: aiohttp
 
         text = JUDGE_TEMPLATE.format(
             question=row.get("problem", row.get("question", "")), expected=expected, answer=answer

@@ -21,17 +21,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardprof.environments._options import check_options, with_example
 from rewardprof.environments.base import (
     Environment,
     RowError,
     Verdict,
     VerifyContext,
-    _get,
     has_chat_prompt,
     require_prompt,
+    with_example,
 )
-from rewardprof.environments.math import last_boxed
+from rewardprof.environments.extract import get_field, last_boxed
+from rewardprof.environments.options import FewShot
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
 # options.few_shot: one worked exchange before the task, in the format the verifier reads.
@@ -49,7 +49,7 @@ def parse_options(row: dict[str, Any]) -> dict[str, str]:
     """`options` as an ordered {letter: text} mapping; RowError if malformed."""
     opts = row.get("options")
     if opts is None:
-        opts = _get(row, "metadata.options")
+        opts = get_field(row, "metadata.options")
     if isinstance(opts, dict):
         items = list(opts.items())
     elif isinstance(opts, list) and all(isinstance(o, dict) and len(o) == 1 for o in opts):
@@ -134,13 +134,15 @@ def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None
     return None, "no_answer"
 
 
+class MCQOptions(FewShot):
+    """Options of the mcq environment."""
+
+
 class MCQEnvironment(Environment):
     name = "mcq"
     required_fields = ("expected_answer",)
-
-    def __init__(self, options: dict[str, Any] | None = None):
-        super().__init__(options)
-        check_options(self.name, self.options, ["few_shot"])
+    Options = MCQOptions
+    options: MCQOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
@@ -159,7 +161,7 @@ class MCQEnvironment(Environment):
             messages = [{"role": "user", "content": text}]
         else:
             messages = super().prompt(row)
-        return with_example(messages, FEW_SHOT) if self.options.get("few_shot") else messages
+        return with_example(messages, FEW_SHOT) if self.options.few_shot else messages
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         options = parse_options(row)

@@ -17,15 +17,16 @@ from functools import cache
 from typing import Any
 
 from rewardprof.core.schemas import FailureKind
-from rewardprof.environments._options import check_options, with_example
 from rewardprof.environments.base import (
     Environment,
     RowError,
     Verdict,
     VerifyContext,
     has_chat_prompt,
+    with_example,
 )
-from rewardprof.environments.math import last_boxed
+from rewardprof.environments.extract import last_boxed
+from rewardprof.environments.options import FewShot, VerifyTimeout
 
 ANSWER_INSTRUCTION = (
     "Think briefly, then give only the final answer between <answer> and </answer> tags, "
@@ -59,7 +60,7 @@ def extract_answer(completion: str) -> str | None:
 
 @cache
 def _scorer(task: str):
-    import reasoning_gym
+    import reasoning_gym  # lazy: ~3 s, only where the environment verifies
 
     return reasoning_gym.get_score_answer_fn(task)
 
@@ -71,19 +72,20 @@ def score_answer(task: str, answer: str, entry: dict[str, Any]) -> float:
 
 @cache
 def registered_tasks() -> frozenset[str]:
-    import reasoning_gym
+    import reasoning_gym  # lazy: ~3 s, only where the environment verifies
 
     return frozenset(reasoning_gym.factory.DATASETS)
+
+
+class ReasoningGymOptions(VerifyTimeout, FewShot):
+    """Options of the reasoning_gym environment."""
 
 
 class ReasoningGymEnvironment(Environment):
     name = "reasoning_gym"
     required_fields = ("question",)
-    failure_kinds = (FailureKind.VERIFIER_ERROR, FailureKind.VERIFIER_TIMEOUT)
-
-    def __init__(self, options: dict[str, Any] | None = None):
-        super().__init__(options)
-        check_options(self.name, self.options, ["timeout_s", "few_shot"])
+    Options = ReasoningGymOptions
+    options: ReasoningGymOptions
 
     def warm(self) -> None:
         """Import reasoning-gym now, e.g. before a fork-based pool starts (saves ~3 s/worker)."""
@@ -104,7 +106,7 @@ class ReasoningGymEnvironment(Environment):
             messages = [{"role": "user", "content": f"{row['question']}\n\n{ANSWER_INSTRUCTION}"}]
         else:
             messages = super().prompt(row)
-        return with_example(messages, FEW_SHOT) if self.options.get("few_shot") else messages
+        return with_example(messages, FEW_SHOT) if self.options.few_shot else messages
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         task = task_name(row)
@@ -116,7 +118,7 @@ class ReasoningGymEnvironment(Environment):
             "answer": row.get("answer"),
             "metadata": row.get("metadata") or {},
         }
-        timeout = float(self.options.get("timeout_s", ctx.timeout_s))
+        timeout = self.options.timeout_s or ctx.timeout_s
         try:
             score = await ctx.run_in_pool(score_answer, task, answer, entry, timeout_s=timeout)
         except TimeoutError:

@@ -55,14 +55,6 @@ class Limits:
     isolate: bool = True  # network + mount namespaces when root
     python: str | None = None  # interpreter for the program; default: one the sandbox uid can run
 
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> Limits:
-        known = {k: options[k] for k in cls.__dataclass_fields__ if k in options}
-        limits = cls(**known)
-        if "cpu_s" not in options:
-            limits.cpu_s = max(1, int(limits.timeout_s + 0.999))
-        return limits
-
 
 def _usable_by_others(path: str) -> bool:
     p = Path(os.path.realpath(path))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rewardprof import environments
-from rewardprof.core.config import validate_config
+from rewardprof.core.config import ConfigError, validate_config
 
 from .env_helpers import run
 
@@ -49,6 +49,10 @@ def test_example_environment_through_the_entry_point(installed_plugin, ctx):
         {"entries": [{"label": "em", "environment": "exact_match", "source": "x.jsonl"}]}
     )
     assert cfg.entries[0].environment == "exact_match"
+    # ... and its Options model checks the entry's options with the config
+    entry = {"label": "em", "environment": "exact_match", "source": "x.jsonl"}
+    with pytest.raises(ConfigError, match=r"options\.case_sensitiv: unknown key; did you mean"):
+        validate_config({"entries": [dict(entry, options={"case_sensitiv": True})]})
     env = environments.make_environment("exact_match")
     cases = [json.loads(line) for line in (EXAMPLES / "exact_match.jsonl").open()]
     rewards = []

@@ -7,9 +7,10 @@ import email.utils
 import time
 
 import pytest
+from pydantic import ValidationError
 
+from rewardprof.core.config import ConfigError, validate_config
 from rewardprof.environments import make_environment
-from rewardprof.environments.llm_judge import _retry_after_s
 
 from .env_helpers import FakeJudge, load_cases, run
 
@@ -28,13 +29,19 @@ async def judged(judge: FakeJudge, completions: list[str], ctx=None, **options):
             await env.aclose()
 
 
-def test_429_retry_after_is_honoured():
+@pytest.mark.parametrize("form", ["seconds", "http_date"])
+def test_429_retry_after_is_honoured(form):
+    # the retry core shared with the rollout client (tests/faults: test_429_honours_retry_after)
+    if form == "seconds":
+        header, at_least = "1", 0.95
+    else:  # 1 s resolution: a date 2 s ahead is 1-2 s away when the client reads it
+        header, at_least = email.utils.formatdate(time.time() + 2, usegmt=True), 0.95
     judge = FakeJudge()
-    judge.script.append((429, {"Retry-After": "1"}, "slow down"))
+    judge.script.append((429, {"Retry-After": header}, "slow down"))
     (verdict,), env = run(judged(judge, ["Rayleigh scattering."]))
     assert (verdict.status, verdict.reward) == ("ok", 1.0)
     assert len(judge.requests) == 2
-    assert judge.times[1] - judge.times[0] >= 0.95, "retried before Retry-After elapsed"
+    assert judge.times[1] - judge.times[0] >= at_least, "retried before Retry-After elapsed"
     assert env.judge.stats["rate_limited"] == 1
 
 
@@ -140,13 +147,6 @@ def test_template_with_unknown_field_is_rejected():
         )
 
 
-def test_retry_after_forms():
-    assert _retry_after_s("3") == 3.0
-    future = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 <= _retry_after_s(future) <= 31
-    assert _retry_after_s("soon") is None and _retry_after_s(None) is None
-
-
 # --- math's optional judge fallback -------------------------------------------------------
 
 MATH_ROW = load_cases("math")[0]["row"]  # expected 3/4
@@ -191,24 +191,38 @@ def test_math_judge_garbage_is_a_judge_error(ctx):
 @pytest.mark.parametrize(
     ("env", "options", "message"),
     [
-        ("llm_judge", {"model": "j"}, "'base_url' is required"),
-        ("llm_judge", {"base_url": "127.0.0.1:8000", "model": "j"}, "http"),
+        ("llm_judge", {"model": "j"}, "options.base_url: required key is missing"),
+        (
+            "llm_judge",
+            {"base_url": "127.0.0.1:8000", "model": "j"},
+            "options.base_url: must start with http",
+        ),
         (
             "llm_judge",
             {"base_url": "http://x/v1", "model": "j", "concurency": 2},
-            "did you mean concurrency",
+            "options.concurency: unknown key; did you mean concurrency?",
         ),
-        ("llm_judge", {"base_url": "http://x/v1", "model": "j", "verdict_regex": "("}, "regex"),
-        ("math", {"judge": {"base_url": "http://x/v1"}}, "'model' is required"),
-        ("math", {"timeout": 3}, "did you mean timeout_s"),
-        ("code", {"memory": 64}, "did you mean memory_mb"),
-        ("mcq", {"anything": 1}, "unknown option"),
+        (
+            "llm_judge",
+            {"base_url": "http://x/v1", "model": "j", "verdict_regex": "("},
+            "options.verdict_regex: not a valid regex",
+        ),
+        (
+            "math",
+            {"judge": {"base_url": "http://x/v1"}},
+            "options.judge.model: required key is missing",
+        ),
+        ("math", {"timeout": 3}, "options.timeout: unknown key; did you mean timeout_s?"),
+        ("code", {"memory": 64}, "options.memory: unknown key; did you mean memory_mb?"),
+        ("mcq", {"anything": 1}, "options.anything: unknown key"),
     ],
 )
-def test_bad_options_fail_when_the_environment_is_made(env, options, message):
-    from rewardprof.core.config import ConfigError
-
-    with pytest.raises(ConfigError, match=message):
+def test_bad_options_fail_with_the_config_and_when_the_environment_is_made(env, options, message):
+    entry = {"label": "e", "environment": env, "source": "x.jsonl", "options": options}
+    with pytest.raises(ConfigError) as info:
+        validate_config({"entries": [entry]})
+    assert f"entries[0].{message}" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValidationError):
         make_environment(env, options)
 
 

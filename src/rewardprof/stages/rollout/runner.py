@@ -280,8 +280,7 @@ class ShardRun:
         (math-verify ~1-2 s, if-verifiable ~3 s per worker). Not awaited; failures ignored."""
         kinds = {
             (name, json.dumps(options, sort_keys=True, default=str))
-            for label, (name, options) in self._env_specs.items()
-            if hasattr(self.envs[label], "warm")
+            for name, options in self._env_specs.values()
         }
         for name, options in sorted(kinds):
             for _ in range(workers):

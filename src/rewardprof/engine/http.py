@@ -1,0 +1,169 @@
+"""The one retry core of rewardprof's OpenAI-compatible HTTP clients: the rollout client
+(`rewardprof.engine.client`) and the judge (`rewardprof.environments.judge`).
+
+What is transient: no response within the timeout, a connection error, HTTP 408, 429 and 5xx
+(and whatever a client finds transient in a 200, e.g. a malformed body); any other status fails
+at once (`status_error`). The wait before retrying after attempt n is
+min(backoff_max_s, backoff_initial_s * 2^(n-1)) times a jitter in [0.5, 1.5), and never shorter
+than the server's Retry-After (delta-seconds or an HTTP date). A request gives up after
+`max_attempts`, or when the next wait would take it past `budget_s` (`with_retries`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+from rewardprof.core.errors import RewardprofError
+from rewardprof.core.schemas import FailureKind
+
+T = TypeVar("T")
+
+_DELTA_SECONDS = re.compile(r"\s*\d+(\.\d+)?\s*")
+# How OpenAI-compatible servers (vLLM, OpenAI, ...) word a prompt that does not fit the model.
+_CONTEXT_MARKERS = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "too long",
+    "max_model_len",
+    "maximum model length",
+)
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header as seconds to wait: delta-seconds or an HTTP date (a past date is
+    0); None when absent or unreadable."""
+    if not value:
+        return None
+    if _DELTA_SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class AttemptError(RewardprofError):
+    """One attempt failed. `kind` is a FailureKind, `detail` one line for the record; `retry`
+    says whether another attempt may succeed, after at least `retry_after` seconds (what the
+    server asked). `backoff=False` asks again at once: part of the answer came, the rest is
+    asked for without waiting."""
+
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        retry: bool,
+        retry_after: float | None = None,
+        backoff: bool = True,
+    ):
+        super().__init__(detail)
+        self.kind, self.detail, self.retry = kind, detail, retry
+        self.retry_after, self.backoff = retry_after, backoff
+
+
+def status_error(status: int, text: str, headers: Mapping[str, str]) -> AttemptError:
+    """The failure of a non-200 answer: whether it is retried and its failure kind."""
+    snippet = " ".join(text.split())[:200]
+    detail = f"HTTP {status}: {snippet}"
+    retry_after = retry_after_s(headers.get("Retry-After"))
+    if status == 429:
+        return AttemptError(FailureKind.RATE_LIMITED, detail, True, retry_after)
+    if status >= 500 or status == 408:
+        return AttemptError(FailureKind.ENGINE_ERROR, detail, True, retry_after)
+    if status in (400, 413) and any(m in text.lower() for m in _CONTEXT_MARKERS):
+        return AttemptError(FailureKind.CONTEXT_LENGTH, detail, False)
+    return AttemptError(FailureKind.REQUEST_ERROR, detail, False)
+
+
+async def post_json(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    timeout_s: float,
+    headers: Mapping[str, str] | None = None,
+    secret: str | None = None,
+) -> str:
+    """POST `body` as JSON; the body text of a 200 answer. Anything else is an AttemptError: a
+    status as `status_error` classifies it (`secret` redacted from the text first), no answer
+    within `timeout_s` a timeout, a broken connection a connection_error."""
+    try:
+        async with session.post(
+            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                # redact before the detail is cut to length: no partial key survives
+                raise status_error(resp.status, redact(text, secret), resp.headers)
+            return text
+    except TimeoutError:  # before OSError: a TimeoutError is an OSError too
+        raise AttemptError(
+            FailureKind.TIMEOUT, f"no response within {timeout_s:g}s", True
+        ) from None
+    except (aiohttp.ClientError, ConnectionError, OSError) as exc:
+        raise AttemptError(
+            FailureKind.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"[:200], True
+        ) from None
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Text with `secret` (an API key) replaced: some providers quote the key they were sent in
+    a 401 body, and the key must never reach a record, a log or an exception."""
+    if secret and len(secret) >= 4:
+        text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int
+    backoff_initial_s: float
+    backoff_max_s: float
+    budget_s: float = math.inf  # most time one request may spend, retries included
+
+    def delay_s(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """The wait after failed attempt `attempt` (1-based)."""
+        delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (attempt - 1))
+        delay *= rng.uniform(0.5, 1.5)  # jitter: clients that failed together spread out
+        return max(delay, retry_after or 0.0)
+
+
+async def with_retries(
+    attempt: Callable[[int], Awaitable[T]],
+    policy: RetryPolicy,
+    rng: random.Random,
+    on_retry: Callable[[AttemptError, float], None] | None = None,
+) -> T:
+    """`await attempt(n)` for n = 1, 2, ... until one returns. An AttemptError is retried while
+    it is retryable and attempts and budget last (`on_retry(error, wait)` is told before each
+    wait); otherwise it is raised, so the caller sees the last attempt's failure."""
+    started = time.monotonic()
+    n = 0
+    while True:
+        n += 1
+        try:
+            return await attempt(n)
+        except AttemptError as exc:
+            if not exc.retry:
+                raise
+            if not exc.backoff:
+                if n >= policy.max_attempts:
+                    raise
+                continue
+            wait = policy.delay_s(n, exc.retry_after, rng)
+            if n >= policy.max_attempts or time.monotonic() - started + wait > policy.budget_s:
+                raise
+            if on_retry is not None:
+                on_retry(exc, wait)
+            await asyncio.sleep(wait)
