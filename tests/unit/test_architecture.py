@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "rewardprof"
@@ -130,18 +127,15 @@ def test_no_module_over_400_lines():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
-@pytest.mark.xfail(strict=False, reason="annotated after the merge")
 def test_every_function_local_import_says_why():
     """`# lazy: ...` (start-up time), `# cycle: ...`, `# optional: ...` (an extra that may be
-    missing) or the like, on the import's own line(s); the standard library is exempt."""
+    missing) or the like, on the import's own line(s); the standard library included."""
     missing = []
     for module, tree in TREES.items():
         lines = MODULES[module].read_text().splitlines()
         inside = _function_scoped(tree)
         for node in ast.walk(tree):
             if id(node) not in inside:
-                continue
-            if all(n.split(".")[0] in sys.stdlib_module_names for n in _sources(module, node)):
                 continue
             text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
             if not REASON.search(text):
