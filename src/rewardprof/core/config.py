@@ -18,12 +18,16 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.retry import RetryOptions
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -42,7 +46,7 @@ class GeneratorSource(_Strict):
 
     generator: Literal["reasoning_gym"] = Field(description="Generator name.")
     task: str = Field(description="Dataset name inside the generator, e.g. 'basic_arithmetic'.")
-    size: Annotated[int, Field(gt=0)] = Field(description="Number of tasks to generate.")
+    size: PositiveInt = Field(description="Number of tasks to generate.")
     seed: int = Field(0, description="Generator seed; the same seed gives the same tasks.")
     config: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for the generator."
@@ -57,12 +61,12 @@ class Entry(_Strict):
     source: str | GeneratorSource = Field(
         description="JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."
     )
-    num_repeats: Annotated[int, Field(gt=0)] = Field(
+    num_repeats: PositiveInt = Field(
         4,
         description=f"K: rollouts per task (at most {MAX_NUM_REPEATS}: the rollout index "
         f"takes the low bits of each rollout's seed, docs/robustness.md).",
     )
-    limit: Annotated[int, Field(gt=0)] | None = Field(
+    limit: PositiveInt | None = Field(
         None, description="Maximum number of tasks taken from this source."
     )
     sample: Literal["head", "random"] = Field(
@@ -87,9 +91,9 @@ class Entry(_Strict):
 
 
 class Sampling(_Strict):
-    temperature: Annotated[float, Field(ge=0)] = Field(1.0, description="Sampling temperature.")
+    temperature: NonNegativeFloat = Field(1.0, description="Sampling temperature.")
     top_p: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="Nucleus sampling.")
-    max_tokens: Annotated[int, Field(gt=0)] = Field(
+    max_tokens: PositiveInt = Field(
         1024, description="Most completion tokens per rollout (beyond: finish_reason length)."
     )
     seed: int = Field(0, description="Base seed; each rollout's seed derives from it.")
@@ -129,7 +133,7 @@ class Engine(_Strict):
     serve_env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the vLLM server."
     )
-    startup_timeout_s: Annotated[float, Field(gt=0)] = Field(
+    startup_timeout_s: PositiveFloat = Field(
         900, description="How long serve mode waits for the server to become ready."
     )
     python: str | None = Field(
@@ -145,7 +149,7 @@ class Engine(_Strict):
     models_dir: str = Field(
         "resources/models", description="Where builtin models are converted to (<dir>/<name>)."
     )
-    stop_grace_s: Annotated[float, Field(gt=0)] = Field(
+    stop_grace_s: PositiveFloat = Field(
         20, description="Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."
     )
 
@@ -157,19 +161,12 @@ class Engine(_Strict):
         return v.rstrip("/") if v else v
 
 
-class Rollout(_Strict):
-    concurrency: Annotated[int, Field(gt=0)] = Field(64, description="Requests in flight.")
-    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+class Rollout(_Strict, RetryOptions):
+    concurrency: PositiveInt = Field(64, description="Requests in flight.")
+    request_timeout_s: PositiveFloat = Field(
         600, description="Per-request timeout; past it the attempt fails as a timeout."
     )
-    max_attempts: Annotated[int, Field(gt=0)] = Field(4, description="HTTP attempts per request.")
-    backoff_initial_s: Annotated[float, Field(ge=0)] = Field(
-        1.0, description="First retry delay; doubles per attempt, with jitter."
-    )
-    backoff_max_s: Annotated[float, Field(ge=0)] = Field(
-        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
-    )
-    retry_budget_s: Annotated[float, Field(gt=0)] = Field(
+    retry_budget_s: PositiveFloat = Field(
         1800, description="Most time one request may spend retrying, in total."
     )
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = Field(
@@ -178,25 +175,25 @@ class Rollout(_Strict):
         "it (failures stay visible per task in the profile); over it the job fails and a "
         "rerun retries them.",
     )
-    verify_workers: Annotated[int, Field(gt=0)] = Field(
+    verify_workers: PositiveInt = Field(
         2, description="Worker processes for CPU-heavy verification."
     )
-    verify_timeout_s: Annotated[float, Field(gt=0)] = Field(
+    verify_timeout_s: PositiveFloat = Field(
         30.0, description="Default hard timeout of one verification (verifier_timeout)."
     )
-    segment_interval_s: Annotated[float, Field(gt=0)] = Field(
+    segment_interval_s: PositiveFloat = Field(
         30.0, description="How often the journal's JSONL tail is compacted into a Parquet segment."
     )
-    segment_max_records: Annotated[int, Field(gt=0)] = Field(
+    segment_max_records: PositiveInt = Field(
         20000, description="Most records in the JSONL tail before it is compacted."
     )
-    progress_interval_s: Annotated[float, Field(gt=0)] = Field(
+    progress_interval_s: PositiveFloat = Field(
         30.0, description="Seconds between progress lines when not on a terminal."
     )
 
 
 class Profile(_Strict):
-    pass_at_k: list[Annotated[int, Field(gt=0)]] = Field(
+    pass_at_k: list[PositiveInt] = Field(
         default_factory=lambda: [1], description="k values of the unbiased pass@k estimator."
     )
     group_size: Annotated[int, Field(gt=1)] = Field(8, description="GRPO group size G.")
@@ -233,7 +230,7 @@ class Export(_Strict):
     min_rollouts: Annotated[int, Field(ge=1)] = Field(
         1, description="Drop tasks with fewer scored (ok) rollouts than this."
     )
-    target_share: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    target_share: dict[str, NonNegativeFloat] = Field(
         default_factory=dict,
         description="label -> share of the combined export's total weight; every label must be "
         "listed (0 leaves one out). Empty: every kept task has weight 1.",
@@ -245,7 +242,7 @@ class Export(_Strict):
 
 class Config(_Strict):
     run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
-    num_shards: Annotated[int, Field(gt=0)] = Field(
+    num_shards: PositiveInt = Field(
         2, description="Rollout jobs; shard i owns tasks with task_index % N == i."
     )
     entries: list[Entry] = Field(min_length=1, description="The blend: one per dataset.")

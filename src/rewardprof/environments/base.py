@@ -131,6 +131,11 @@ class Environment:
     name: ClassVar[str] = ""
     required_fields: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[EnvironmentOptions]] = EnvironmentOptions
+    # Row keys that may stand in for prompt messages: a row has messages or one of these, and
+    # `plain_prompt` builds the task's text from them (empty: the row must carry messages).
+    prompt_keys: ClassVar[tuple[str, ...]] = ()
+    # A worked exchange shown before each task when the options say `few_shot: true`.
+    few_shot_example: ClassVar[list[dict[str, str]] | None] = None
 
     def __init__(self, options: dict[str, Any] | EnvironmentOptions | None = None):
         self.options = self.Options.model_validate({} if options is None else options)
@@ -144,9 +149,23 @@ class Environment:
         missing = [f for f in self.required_fields if get_field(row, f) is None]
         if missing:
             raise RowError(f"missing field(s) needed by environment {self.name!r}: {missing}")
+        if self.prompt_keys:
+            require_prompt(row, *self.prompt_keys)
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        return extract_messages(row)
+        """The row's own messages, else one user turn of `plain_prompt`; with the few-shot
+        example first when the options ask for it."""
+        if self.prompt_keys and not has_chat_prompt(row):
+            messages = [{"role": "user", "content": self.plain_prompt(row)}]
+        else:
+            messages = extract_messages(row)
+        if self.few_shot_example and self.options.few_shot:
+            return with_example(messages, self.few_shot_example)
+        return messages
+
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        """The task's text from the row's `prompt_keys` (environments that declare them)."""
+        raise NotImplementedError(f"environment {self.name!r} declares no prompt_keys")
 
     async def verify(
         self, row: dict[str, Any], completion: str, ctx: VerifyContext

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments.base import (
@@ -29,8 +29,6 @@ from rewardprof.environments.base import (
     RowError,
     Verdict,
     VerifyContext,
-    has_chat_prompt,
-    require_prompt,
 )
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
@@ -82,20 +80,20 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
 class CodeOptions(EnvironmentOptions):
     """The sandbox's limits per test (rewardprof.environments.sandbox.Limits)."""
 
-    timeout_s: Annotated[float, Field(gt=0)] = Field(
+    timeout_s: PositiveFloat = Field(
         Limits.timeout_s, description="Wall clock per test, in seconds."
     )
-    cpu_s: Annotated[int, Field(gt=0)] | None = Field(
+    cpu_s: PositiveInt | None = Field(
         None, description="CPU seconds per test (RLIMIT_CPU; null: timeout_s rounded up)."
     )
-    memory_mb: Annotated[int, Field(gt=0)] = Field(
+    memory_mb: PositiveInt = Field(
         Limits.memory_mb, description="Address space of the program, in MiB (RLIMIT_AS)."
     )
-    max_output_bytes: Annotated[int, Field(gt=0)] = Field(
+    max_output_bytes: PositiveInt = Field(
         Limits.max_output_bytes,
         description="Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE).",
     )
-    nproc: Annotated[int, Field(gt=0)] = Field(
+    nproc: PositiveInt = Field(
         Limits.nproc, description="Processes and threads of the sandbox's uid (RLIMIT_NPROC)."
     )
     isolate: bool = Field(
@@ -115,18 +113,16 @@ class CodeOptions(EnvironmentOptions):
 class CodeEnvironment(Environment):
     name = "code"
     Options = CodeOptions
+    prompt_keys = ("question",)
     options: CodeOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
         if not row_tests(row):
             raise RowError("the row has zero tests")
-        require_prompt(row, "question")
 
-    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not has_chat_prompt(row):
-            return [{"role": "user", "content": f"{row['question']}\n\n{CODE_INSTRUCTION}"}]
-        return super().prompt(row)
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        return f"{row['question']}\n\n{CODE_INSTRUCTION}"
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         program = extract_program(completion)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveFloat, field_validator
 
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments.base import (
@@ -27,7 +27,6 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
     extract_messages,
-    has_chat_prompt,
 )
 from rewardprof.environments.extract import last_user_text
 from rewardprof.environments.judge import JudgeClient, JudgeError, parse_verdict
@@ -69,7 +68,7 @@ class LLMJudgeOptions(JudgeOptions):
         default_factory=lambda: {"CORRECT": 1.0, "INCORRECT": 0.0},
         description="Verdict -> reward (case-insensitive); any other verdict must be a number.",
     )
-    score_max: Annotated[float, Field(gt=0)] = Field(
+    score_max: PositiveFloat = Field(
         1.0, description="A numeric verdict is divided by this; the result must be in [0, 1]."
     )
 
@@ -96,6 +95,7 @@ class LLMJudgeOptions(JudgeOptions):
 class LLMJudgeEnvironment(Environment):
     name = "llm_judge"
     Options = LLMJudgeOptions
+    prompt_keys = ("question",)
     options: LLMJudgeOptions
 
     def __init__(self, options: dict[str, Any] | LLMJudgeOptions | None = None):
@@ -122,10 +122,8 @@ class LLMJudgeEnvironment(Environment):
         )
         return [{"role": "user", "content": text}]
 
-    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not has_chat_prompt(row):
-            return [{"role": "user", "content": str(row["question"])}]
-        return super().prompt(row)
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        return str(row["question"])
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         try:

@@ -27,8 +27,6 @@ from rewardprof.environments.base import (
     Environment,
     Verdict,
     VerifyContext,
-    has_chat_prompt,
-    require_prompt,
 )
 from rewardprof.environments.extract import last_boxed
 from rewardprof.environments.options import JudgeOptions, VerifyTimeout
@@ -79,6 +77,7 @@ class MathEnvironment(Environment):
     name = "math"
     required_fields = ("expected_answer",)
     Options = MathOptions
+    prompt_keys = ("problem", "question")
     options: MathOptions
 
     def __init__(self, options: dict[str, Any] | MathOptions | None = None):
@@ -93,15 +92,8 @@ class MathEnvironment(Environment):
         """Import math-verify now, e.g. before a fork-based pool starts."""
         import math_verify  # noqa: F401  # lazy: math-verify imports SymPy (~1 s)
 
-    def check_row(self, row: dict[str, Any]) -> None:
-        super().check_row(row)
-        require_prompt(row, "problem", "question")
-
-    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not has_chat_prompt(row):
-            question = row.get("problem", row.get("question"))
-            return [{"role": "user", "content": f"{question}\n\n{BOX_INSTRUCTION}"}]
-        return super().prompt(row)
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        return f"{row.get('problem', row.get('question'))}\n\n{BOX_INSTRUCTION}"
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         expected = normalize_expected(row["expected_answer"])

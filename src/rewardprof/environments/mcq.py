@@ -26,9 +26,6 @@ from rewardprof.environments.base import (
     RowError,
     Verdict,
     VerifyContext,
-    has_chat_prompt,
-    require_prompt,
-    with_example,
 )
 from rewardprof.environments.extract import get_field, last_boxed
 from rewardprof.environments.options import FewShot
@@ -142,6 +139,8 @@ class MCQEnvironment(Environment):
     name = "mcq"
     required_fields = ("expected_answer",)
     Options = MCQOptions
+    prompt_keys = ("question",)
+    few_shot_example = FEW_SHOT
     options: MCQOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
@@ -152,16 +151,10 @@ class MCQEnvironment(Environment):
             raise RowError(
                 f"expected_answer {expected!r} is not one of the option letters {''.join(options)}"
             )
-        require_prompt(row, "question")
 
-    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not has_chat_prompt(row):
-            listed = "\n".join(f"{k}: {v}" for k, v in parse_options(row).items())
-            text = f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
-            messages = [{"role": "user", "content": text}]
-        else:
-            messages = super().prompt(row)
-        return with_example(messages, FEW_SHOT) if self.options.few_shot else messages
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        listed = "\n".join(f"{k}: {v}" for k, v in parse_options(row).items())
+        return f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         options = parse_options(row)

@@ -9,9 +9,17 @@ validating a config must not import any verifier library.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from rewardprof.core.retry import RetryOptions
 
 
 class EnvironmentOptions(BaseModel):
@@ -21,7 +29,7 @@ class EnvironmentOptions(BaseModel):
 
 
 class VerifyTimeout(EnvironmentOptions):
-    timeout_s: Annotated[float, Field(gt=0)] | None = Field(
+    timeout_s: PositiveFloat | None = Field(
         None,
         description="Hard timeout of one verification, in seconds (null: "
         "rollout.verify_timeout_s); past it the rollout is a verifier_timeout, never a 0.",
@@ -36,7 +44,7 @@ class FewShot(EnvironmentOptions):
     )
 
 
-class JudgeOptions(EnvironmentOptions):
+class JudgeOptions(EnvironmentOptions, RetryOptions):
     """A judge model on its own OpenAI-compatible endpoint (llm_judge, math's fallback)."""
 
     base_url: str = Field(description="The judge's endpoint, e.g. http://127.0.0.1:8001/v1.")
@@ -44,27 +52,17 @@ class JudgeOptions(EnvironmentOptions):
     api_key_env: str | None = Field(
         None, description="Name of the environment variable that holds the judge's API key."
     )
-    concurrency: Annotated[int, Field(gt=0)] = Field(
+    concurrency: PositiveInt = Field(
         4, description="Requests in flight to the judge (separate from rollout.concurrency)."
     )
-    max_attempts: Annotated[int, Field(gt=0)] = Field(
+    max_attempts: PositiveInt = Field(
         5, description="HTTP attempts per judgement; then the rollout is a judge_error."
     )
-    backoff_initial_s: Annotated[float, Field(ge=0)] = Field(
-        1.0, description="First retry delay; doubles per attempt, with jitter."
-    )
-    backoff_max_s: Annotated[float, Field(ge=0)] = Field(
-        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
-    )
-    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+    request_timeout_s: PositiveFloat = Field(
         120.0, description="Per-request timeout; past it the attempt fails and is retried."
     )
-    temperature: Annotated[float, Field(ge=0)] = Field(
-        0.0, description="The judge's sampling temperature."
-    )
-    max_tokens: Annotated[int, Field(gt=0)] = Field(
-        512, description="Most tokens of the judge's reply."
-    )
+    temperature: NonNegativeFloat = Field(0.0, description="The judge's sampling temperature.")
+    max_tokens: PositiveInt = Field(512, description="Most tokens of the judge's reply.")
     cache_dir: str | None = Field(
         None,
         description="Directory of cached replies, keyed by the request body: a rerun does not "

@@ -22,8 +22,6 @@ from rewardprof.environments.base import (
     RowError,
     Verdict,
     VerifyContext,
-    has_chat_prompt,
-    with_example,
 )
 from rewardprof.environments.extract import last_boxed
 from rewardprof.environments.options import FewShot, VerifyTimeout
@@ -85,6 +83,8 @@ class ReasoningGymEnvironment(Environment):
     name = "reasoning_gym"
     required_fields = ("question",)
     Options = ReasoningGymOptions
+    prompt_keys = ("question",)
+    few_shot_example = FEW_SHOT
     options: ReasoningGymOptions
 
     def warm(self) -> None:
@@ -101,12 +101,8 @@ class ReasoningGymEnvironment(Environment):
         if not isinstance(row.get("metadata", {}), dict):
             raise RowError("metadata: expected an object")
 
-    def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        if not has_chat_prompt(row):
-            messages = [{"role": "user", "content": f"{row['question']}\n\n{ANSWER_INSTRUCTION}"}]
-        else:
-            messages = super().prompt(row)
-        return with_example(messages, FEW_SHOT) if self.options.few_shot else messages
+    def plain_prompt(self, row: dict[str, Any]) -> str:
+        return f"{row['question']}\n\n{ANSWER_INSTRUCTION}"
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         task = task_name(row)
