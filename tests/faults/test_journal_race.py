@@ -66,8 +66,22 @@ from pathlib import Path
 from rewardprof.stages.rollout.journal import ShardLock
 
 lock = ShardLock(Path(sys.argv[1]), "s0of1").__enter__()
-worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+ctx = multiprocessing.get_context("fork")
+running = ctx.Event()
+
+
+def work():
+    running.set()  # the fork hooks have run in this child: it is a worker like any other
+    time.sleep(120)
+
+
+worker = ctx.Process(target=work)
 worker.start()  # a verification worker, forked after the lock was taken
+# kill only once the worker runs its task: a kill in the microseconds between fork and the
+# child's at-fork hook is not what this test is about (on a loaded machine the parent could
+# otherwise die before the child was first scheduled, with the lock's copy still open)
+if not running.wait(60):
+    sys.exit("the forked worker never started")
 print(worker.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
