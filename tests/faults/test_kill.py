@@ -1,5 +1,5 @@
 """Kill safety: SIGKILL the rollout stage at random moments and at the worst ones (mid journal
-line, mid segment, mid output), rerun, and check every trial (see harness.kill_harness
+line, mid segment, mid output), rerun, and check every trial (see tests/harness/kill_harness.py
 for the checks). ~200 more trials: `python benchmarks/kill_harness.py` (docs/benchmarks.md).
 
 Every kill lands by construction, on an idle or a loaded machine: a random kill waits for the
