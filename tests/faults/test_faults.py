@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 
-from rewardprof.engine.http import RetryPolicy
+from rewardprof.engine.http_retry import RetryPolicy
 from rewardprof.stages import StagePaths, merge, profile
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
 from rewardprof.stages.rollout.output import ShardIncomplete

@@ -1,4 +1,5 @@
-"""The one retry core of the rollout client and the judge (rewardprof.engine.http): Retry-After,
+"""The one retry core of the rollout client and the judge (rewardprof.engine.http_retry):
+Retry-After,
 the backoff schedule, what is retryable, the attempt loop. Both clients are also tested against
 servers: tests/faults/test_faults.py (the rollout client) and
 tests/unit/environments/test_llm_judge.py (the judge)."""
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from rewardprof.engine.http import (
+from rewardprof.engine.http_retry import (
     AttemptError,
     RetryPolicy,
     retry_after_s,

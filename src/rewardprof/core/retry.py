@@ -1,6 +1,6 @@
 """How an HTTP client retries, as config: shared by `rollout:` (the policy's requests) and a
 judge's options (environments/options.py), so both read the same keys the same way. The retry
-loop itself is engine/http.py. Imports only pydantic: config validation stays cheap."""
+loop itself is engine/http_retry.py. Imports only pydantic: config validation stays cheap."""
 
 from __future__ import annotations
 

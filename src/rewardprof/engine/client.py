@@ -4,7 +4,7 @@ One `complete()` call asks for `n` samples with seed `s` (vLLM gives choice j th
 a rollout's text depends only on its own seed, whichever request it came from). Transient
 errors (connection, timeout, 5xx, 429, malformed body) are retried with exponential backoff and
 jitter, honouring Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors
-(context length, other 4xx) fail at once (the retry core: `rewardprof.engine.http`). A server
+(context length, other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server
 that returns fewer choices than asked is asked again, at once, for the missing ones only.
 """
 
@@ -20,7 +20,7 @@ import aiohttp
 
 from rewardprof.core.config import Rollout
 from rewardprof.core.schemas import FailureKind, TokensSource
-from rewardprof.engine.http import AttemptError, RetryPolicy, post_json, redact, with_retries
+from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, redact, with_retries
 
 
 @dataclass

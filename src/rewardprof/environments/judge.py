@@ -1,5 +1,5 @@
 """The judge client shared by llm_judge and math's judge fallback: an OpenAI-compatible chat
-client with its own session, concurrency limit, retries (`rewardprof.engine.http`) and cache.
+client with its own session, concurrency limit, retries (`rewardprof.engine.http_retry`) and cache.
 
 A 429 (or another retryable status) with Retry-After pauses every request to the judge for that
 long, not only the refused one: no retry storm. A judge that keeps failing, rejects the request
@@ -24,7 +24,7 @@ import aiohttp
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import FailureKind
-from rewardprof.engine.http import AttemptError, RetryPolicy, post_json, with_retries
+from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, with_retries
 from rewardprof.environments.options import JudgeOptions
 
 
