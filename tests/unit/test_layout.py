@@ -71,3 +71,18 @@ def test_shard_names_parse_back():
     assert parse_shard_name("3-of-8.tsv") is None  # another suffix
     assert parse_shard_name(".3-of-8.parquet.tmp-host-12") is None  # an atomic write's temp
     assert parse_shard_name("journal") is None
+
+
+def test_the_engine_finds_the_checkouts_venv_from_another_directory(tmp_path, monkeypatch):
+    """serve mode falls back to <checkout>/.venv-engine when the working directory has none:
+    REPO_ROOT must be the checkout (it was src/ for a while after the package moved)."""
+    from rewardprof.engine import model  # lazy: only this test needs it
+
+    assert (model.REPO_ROOT / "pyproject.toml").is_file()
+    fake = tmp_path / "checkout"
+    (fake / ".venv-engine" / "bin").mkdir(parents=True)
+    (fake / ".venv-engine" / "bin" / "python").write_text("")
+    monkeypatch.setattr(model, "REPO_ROOT", fake)
+    monkeypatch.delenv(model.ENGINE_PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert model.engine_python() == str(fake / ".venv-engine" / "bin" / "python")

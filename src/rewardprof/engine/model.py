@@ -24,7 +24,7 @@ BUILTIN_MODELS = ("smollm2-135m",)
 MARKER = "rewardprof-model.json"  # written by the converter: source wheel, GGUF sha256, ...
 ENGINE_PYTHON_ENV = "REWARDPROF_ENGINE_PYTHON"
 TOOLS = Path(__file__).parent / "scripts"  # run as files by the engine interpreter
-REPO_ROOT = Path(__file__).resolve().parents[2]  # an editable install / a source checkout
+REPO_ROOT = Path(__file__).resolve().parents[3]  # src/rewardprof/engine/model.py -> the checkout
 
 
 class ModelError(RewardprofError, RuntimeError):
