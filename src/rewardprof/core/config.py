@@ -15,8 +15,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -26,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
-from rewardprof.core.retry import RetryOptions
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -37,47 +35,44 @@ LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 MAX_NUM_REPEATS = 1 << 12
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class GeneratorSource(_Strict):
+class GeneratorSource(StrictModel):
     """Tasks generated procedurally instead of read from a file (no dataset download)."""
 
-    generator: Literal["reasoning_gym"] = Field(description="Generator name.")
-    task: str = Field(description="Dataset name inside the generator, e.g. 'basic_arithmetic'.")
-    size: PositiveInt = Field(description="Number of tasks to generate.")
-    seed: int = Field(0, description="Generator seed; the same seed gives the same tasks.")
-    config: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keyword arguments for the generator."
-    )
+    generator: Literal["reasoning_gym"]
+    """Generator name."""
+    task: str
+    """Dataset name inside the generator, e.g. 'basic_arithmetic'."""
+    size: PositiveInt
+    """Number of tasks to generate."""
+    seed: int = 0
+    """Generator seed; the same seed gives the same tasks."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for the generator."""
 
 
-class Entry(_Strict):
+class Entry(StrictModel):
     """One environment dataset of the blend; manifest order fixes task_index offsets."""
 
-    label: str = Field(pattern=LABEL_PATTERN, description="Unique name of this entry.")
-    environment: str = Field(description="Registry name of the environment (verifier).")
-    source: str | GeneratorSource = Field(
-        description="JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."
-    )
+    label: str = Field(pattern=LABEL_PATTERN)
+    """Unique name of this entry."""
+    environment: str
+    """Registry name of the environment (verifier)."""
+    source: str | GeneratorSource
+    """JSONL or Parquet path, or a generator spec (e.g. reasoning_gym)."""
     num_repeats: PositiveInt = Field(
         4,
         description=f"K: rollouts per task (at most {MAX_NUM_REPEATS}: the rollout index "
         f"takes the low bits of each rollout's seed, docs/robustness.md).",
     )
-    limit: PositiveInt | None = Field(
-        None, description="Maximum number of tasks taken from this source."
-    )
-    sample: Literal["head", "random"] = Field(
-        "head", description="head: the first `limit` rows; random: a seeded reservoir sample."
-    )
-    seed: int = Field(0, description="Seed for sample: random.")
-    options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Options of the entry's environment, checked against its `Options` model "
-        "(the entries[].options sections below; docs/environments.md).",
-    )
+    limit: PositiveInt | None = None
+    """Maximum number of tasks taken from this source."""
+    sample: Literal["head", "random"] = "head"
+    """head: the first `limit` rows; random: a seeded reservoir sample."""
+    seed: int = 0
+    """Seed for sample: random."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the entry's environment, checked against its `Options` model (the
+    entries[].options sections below; docs/environments.md)."""
 
     @field_validator("num_repeats")
     @classmethod
@@ -90,167 +85,131 @@ class Entry(_Strict):
         return v
 
 
-class Sampling(_Strict):
-    temperature: NonNegativeFloat = Field(1.0, description="Sampling temperature.")
-    top_p: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="Nucleus sampling.")
-    max_tokens: PositiveInt = Field(
-        1024, description="Most completion tokens per rollout (beyond: finish_reason length)."
-    )
-    seed: int = Field(0, description="Base seed; each rollout's seed derives from it.")
+class Sampling(StrictModel):
+    temperature: NonNegativeFloat = 1.0
+    """Sampling temperature."""
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    """Nucleus sampling."""
+    max_tokens: PositiveInt = 1024
+    """Most completion tokens per rollout (beyond: finish_reason length)."""
+    seed: int = 0
+    """Base seed; each rollout's seed derives from it."""
 
 
-class Engine(_Strict):
-    mode: Literal["serve", "endpoint"] = Field(
-        "serve", description="serve: start vLLM inside the rollout job; endpoint: use base_url."
-    )
-    model: str = Field(
-        "builtin:smollm2-135m", description="builtin:<name>, or a model path/name for vLLM."
-    )
-    base_url: str | None = Field(None, description="Endpoint mode: e.g. http://127.0.0.1:8000/v1")
-    served_model_name: str | None = Field(
-        None, description="Model name sent in requests (default: derived from `model`)."
-    )
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable that holds the API key."
-    )
-    max_n: Annotated[int, Field(ge=1)] = Field(
-        16, description="Most samples asked for in one request (n); 1 sends one per rollout."
-    )
-    extra_body: dict[str, Any] = Field(
-        default_factory=dict, description="Extra fields merged into every request body."
-    )
-    return_token_ids: bool | None = Field(
-        None,
-        description="Ask for each sample's token ids (`return_token_ids: true`, a vLLM "
-        "extension) so completion_tokens is exact per rollout. null: true in serve mode "
-        "(always vLLM), false in endpoint mode (other providers may reject the field; set "
-        "true for a vLLM endpoint). Without ids a request's usage total is split by text "
-        "length (completion_tokens_source 'apportioned').",
-    )
-    serve_args: list[str] = Field(
-        default_factory=list, description="Extra command-line arguments for the vLLM server."
-    )
-    serve_env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for the vLLM server."
-    )
-    startup_timeout_s: PositiveFloat = Field(
-        900, description="How long serve mode waits for the server to become ready."
-    )
-    python: str | None = Field(
-        None,
-        description="Serve mode: the Python interpreter that has vLLM (the engine's venv). "
-        "Default: $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one.",
-    )
-    host: str = Field(
-        "127.0.0.1",
-        description="Serve mode: address the server binds to; the client in the same job "
-        "connects there (127.0.0.1 keeps it private to the node).",
-    )
-    models_dir: str = Field(
-        "resources/models", description="Where builtin models are converted to (<dir>/<name>)."
-    )
-    stop_grace_s: PositiveFloat = Field(
-        20, description="Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."
-    )
-
-    @field_validator("base_url")
-    @classmethod
-    def _url_scheme(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return v.rstrip("/") if v else v
+class Engine(StrictModel):
+    mode: Literal["serve", "endpoint"] = "serve"
+    """serve: start vLLM inside the rollout job; endpoint: use base_url."""
+    model: str = "builtin:smollm2-135m"
+    """builtin:<name>, or a model path/name for vLLM."""
+    base_url: HttpUrl | None = None
+    """Endpoint mode: e.g. http://127.0.0.1:8000/v1"""
+    served_model_name: str | None = None
+    """Model name sent in requests (default: derived from `model`)."""
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the API key."""
+    max_n: Annotated[int, Field(ge=1)] = 16
+    """Most samples asked for in one request (n); 1 sends one per rollout."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra fields merged into every request body."""
+    return_token_ids: bool | None = None
+    """Ask for each sample's token ids (`return_token_ids: true`, a vLLM extension) so
+    completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
+    endpoint mode (other providers may reject the field; set true for a vLLM endpoint). Without ids
+    a request's usage total is split by text length (completion_tokens_source 'apportioned')."""
+    serve_args: list[str] = Field(default_factory=list)
+    """Extra command-line arguments for the vLLM server."""
+    serve_env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the vLLM server."""
+    startup_timeout_s: PositiveFloat = 900
+    """How long serve mode waits for the server to become ready."""
+    python: str | None = None
+    """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
+    $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
+    host: str = "127.0.0.1"
+    """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
+    keeps it private to the node)."""
+    models_dir: str = "resources/models"
+    """Where builtin models are converted to (<dir>/<name>)."""
+    stop_grace_s: PositiveFloat = 20
+    """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
 
 
-class Rollout(_Strict, RetryOptions):
-    concurrency: PositiveInt = Field(64, description="Requests in flight.")
-    request_timeout_s: PositiveFloat = Field(
-        600, description="Per-request timeout; past it the attempt fails as a timeout."
-    )
-    retry_budget_s: PositiveFloat = Field(
-        1800, description="Most time one request may spend retrying, in total."
-    )
-    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = Field(
-        0.01,
-        description="Share of a shard's rollouts that may fail terminally and still complete "
-        "it (failures stay visible per task in the profile); over it the job fails and a "
-        "rerun retries them.",
-    )
-    verify_workers: PositiveInt = Field(
-        2, description="Worker processes for CPU-heavy verification."
-    )
-    verify_timeout_s: PositiveFloat = Field(
-        30.0, description="Default hard timeout of one verification (verifier_timeout)."
-    )
-    segment_interval_s: PositiveFloat = Field(
-        30.0, description="How often the journal's JSONL tail is compacted into a Parquet segment."
-    )
-    segment_max_records: PositiveInt = Field(
-        20000, description="Most records in the JSONL tail before it is compacted."
-    )
-    progress_interval_s: PositiveFloat = Field(
-        30.0, description="Seconds between progress lines when not on a terminal."
-    )
+class Rollout(StrictModel, RetryOptions):
+    concurrency: PositiveInt = 64
+    """Requests in flight."""
+    request_timeout_s: PositiveFloat = 600
+    """Per-request timeout; past it the attempt fails as a timeout."""
+    retry_budget_s: PositiveFloat = 1800
+    """Most time one request may spend retrying, in total."""
+    max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.01
+    """Share of a shard's rollouts that may fail terminally and still complete it (failures stay
+    visible per task in the profile); over it the job fails and a rerun retries them."""
+    verify_workers: PositiveInt = 2
+    """Worker processes for CPU-heavy verification."""
+    verify_timeout_s: PositiveFloat = 30.0
+    """Default hard timeout of one verification (verifier_timeout)."""
+    segment_interval_s: PositiveFloat = 30.0
+    """How often the journal's JSONL tail is compacted into a Parquet segment."""
+    segment_max_records: PositiveInt = 20000
+    """Most records in the JSONL tail before it is compacted."""
+    progress_interval_s: PositiveFloat = 30.0
+    """Seconds between progress lines when not on a terminal."""
 
 
-class Profile(_Strict):
-    pass_at_k: list[PositiveInt] = Field(
-        default_factory=lambda: [1], description="k values of the unbiased pass@k estimator."
-    )
-    group_size: Annotated[int, Field(gt=1)] = Field(8, description="GRPO group size G.")
-    pass_threshold: float = Field(1.0, description="A rollout passes when reward >= this.")
-    ci_level: Annotated[float, Field(gt=0, lt=1)] = Field(
-        0.95, description="Confidence level of the pass-rate interval."
-    )
-    ci_method: Literal["wilson", "beta"] = Field(
-        "wilson", description="wilson (score interval) or beta (Clopper-Pearson, exact)."
-    )
+class Profile(StrictModel):
+    pass_at_k: list[PositiveInt] = Field(default_factory=lambda: [1])
+    """k values of the unbiased pass@k estimator."""
+    group_size: Annotated[int, Field(gt=1)] = 8
+    """GRPO group size G."""
+    pass_threshold: float = 1.0
+    """A rollout passes when reward >= this."""
+    ci_level: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    """Confidence level of the pass-rate interval."""
+    ci_method: Literal["wilson", "beta"] = "wilson"
+    """wilson (score interval) or beta (Clopper-Pearson, exact)."""
 
 
-class Export(_Strict):
+class Export(StrictModel):
     """The filtered, re-weighted training set (results/<run>/export/); see docs/profile.md."""
 
-    pass_rate_column: Literal["pass_rate", "pass_rate_excl_truncated"] = Field(
-        "pass_rate", description="Which pass rate the keep rules below look at."
-    )
-    drop_all_fail: bool = Field(
-        True, description="Drop tasks with pass rate 0 (no GRPO signal: every group all-fail)."
-    )
-    drop_all_pass: bool = Field(
-        True, description="Drop tasks with pass rate 1 (no GRPO signal: every group all-pass)."
-    )
-    min_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
-        None, description="Keep only tasks with pass rate >= this (null: no lower bound)."
-    )
-    max_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = Field(
-        None, description="Keep only tasks with pass rate <= this (null: no upper bound)."
-    )
-    min_grpo_signal: Annotated[float, Field(ge=0, le=1)] | None = Field(
-        None, description="Keep only tasks whose grpo_signal (at profile.group_size) >= this."
-    )
-    min_rollouts: Annotated[int, Field(ge=1)] = Field(
-        1, description="Drop tasks with fewer scored (ok) rollouts than this."
-    )
-    target_share: dict[str, NonNegativeFloat] = Field(
-        default_factory=dict,
-        description="label -> share of the combined export's total weight; every label must be "
-        "listed (0 leaves one out). Empty: every kept task has weight 1.",
-    )
-    profile_key: str = Field(
-        "reward_profile", description="Key under which the profile fields are attached to a row."
-    )
+    pass_rate_column: Literal["pass_rate", "pass_rate_excl_truncated"] = "pass_rate"
+    """Which pass rate the keep rules below look at."""
+    drop_all_fail: bool = True
+    """Drop tasks with pass rate 0 (no GRPO signal: every group all-fail)."""
+    drop_all_pass: bool = True
+    """Drop tasks with pass rate 1 (no GRPO signal: every group all-pass)."""
+    min_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Keep only tasks with pass rate >= this (null: no lower bound)."""
+    max_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Keep only tasks with pass rate <= this (null: no upper bound)."""
+    min_grpo_signal: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Keep only tasks whose grpo_signal (at profile.group_size) >= this."""
+    min_rollouts: Annotated[int, Field(ge=1)] = 1
+    """Drop tasks with fewer scored (ok) rollouts than this."""
+    target_share: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    """label -> share of the combined export's total weight; every label must be listed (0 leaves
+    one out). Empty: every kept task has weight 1."""
+    profile_key: str = "reward_profile"
+    """Key under which the profile fields are attached to a row."""
 
 
-class Config(_Strict):
-    run: str = Field("demo", pattern=LABEL_PATTERN, description="Outputs go to results/<run>/.")
-    num_shards: PositiveInt = Field(
-        2, description="Rollout jobs; shard i owns tasks with task_index % N == i."
-    )
-    entries: list[Entry] = Field(min_length=1, description="The blend: one per dataset.")
-    sampling: Sampling = Field(default_factory=Sampling, description="See below.")
-    engine: Engine = Field(default_factory=Engine, description="See below.")
-    rollout: Rollout = Field(default_factory=Rollout, description="See below.")
-    profile: Profile = Field(default_factory=Profile, description="See below.")
-    export: Export = Field(default_factory=Export, description="See below.")
+class Config(StrictModel):
+    run: str = Field("demo", pattern=LABEL_PATTERN)
+    """Outputs go to results/<run>/."""
+    num_shards: PositiveInt = 2
+    """Rollout jobs; shard i owns tasks with task_index % N == i."""
+    entries: list[Entry] = Field(min_length=1)
+    """The blend: one per dataset."""
+    sampling: Sampling = Field(default_factory=Sampling)
+    """See below."""
+    engine: Engine = Field(default_factory=Engine)
+    """See below."""
+    rollout: Rollout = Field(default_factory=Rollout)
+    """See below."""
+    profile: Profile = Field(default_factory=Profile)
+    """See below."""
+    export: Export = Field(default_factory=Export)
+    """See below."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:

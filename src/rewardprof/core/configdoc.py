@@ -104,7 +104,7 @@ def render_markdown() -> str:
             "|---|---|---|---|",
         ]
         for name, field in model.model_fields.items():
-            desc = (field.description or "").replace("|", "\\|")
+            desc = " ".join((field.description or "").split()).replace("|", "\\|")
             typ = _type(field).replace("|", "\\|")
             default = _default(field).replace("|", "\\|")
             out.append(f"| `{name}` | {typ} | {default} | {desc} |")

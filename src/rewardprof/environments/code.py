@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import PositiveFloat, PositiveInt
 
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments.base import (
@@ -80,30 +80,20 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
 class CodeOptions(EnvironmentOptions):
     """The sandbox's limits per test (rewardprof.environments.sandbox.Limits)."""
 
-    timeout_s: PositiveFloat = Field(
-        Limits.timeout_s, description="Wall clock per test, in seconds."
-    )
-    cpu_s: PositiveInt | None = Field(
-        None, description="CPU seconds per test (RLIMIT_CPU; null: timeout_s rounded up)."
-    )
-    memory_mb: PositiveInt = Field(
-        Limits.memory_mb, description="Address space of the program, in MiB (RLIMIT_AS)."
-    )
-    max_output_bytes: PositiveInt = Field(
-        Limits.max_output_bytes,
-        description="Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE).",
-    )
-    nproc: PositiveInt = Field(
-        Limits.nproc, description="Processes and threads of the sandbox's uid (RLIMIT_NPROC)."
-    )
-    isolate: bool = Field(
-        Limits.isolate, description="New network and mount namespaces (when running as root)."
-    )
-    python: str | None = Field(
-        None,
-        description="Interpreter for the program (null: one the unprivileged sandbox user "
-        "can execute).",
-    )
+    timeout_s: PositiveFloat = Limits.timeout_s
+    """Wall clock per test, in seconds."""
+    cpu_s: PositiveInt | None = None
+    """CPU seconds per test (RLIMIT_CPU; null: timeout_s rounded up)."""
+    memory_mb: PositiveInt = Limits.memory_mb
+    """Address space of the program, in MiB (RLIMIT_AS)."""
+    max_output_bytes: PositiveInt = Limits.max_output_bytes
+    """Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE)."""
+    nproc: PositiveInt = Limits.nproc
+    """Processes and threads of the sandbox's uid (RLIMIT_NPROC)."""
+    isolate: bool = Limits.isolate
+    """New network and mount namespaces (when running as root)."""
+    python: str | None = None
+    """Interpreter for the program (null: one the unprivileged sandbox user can execute)."""
 
     def limits(self) -> Limits:
         cpu_s = self.cpu_s if self.cpu_s is not None else max(1, int(self.timeout_s + 0.999))

@@ -20,8 +20,6 @@ import threading
 from functools import cache
 from typing import Any
 
-from pydantic import Field
-
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments.base import (
     Environment,
@@ -129,11 +127,9 @@ def _prompt_text(row: dict[str, Any]) -> str:
 
 
 class InstructionFollowingOptions(VerifyTimeout):
-    loose: bool = Field(
-        False,
-        description="IFEval's loose variant: also accept the response with its first / last "
-        "line or markdown asterisks removed.",
-    )
+    loose: bool = False
+    """IFEval's loose variant: also accept the response with its first / last line or markdown
+    asterisks removed."""
 
 
 class InstructionFollowingEnvironment(Environment):

@@ -54,23 +54,18 @@ _FIELDS = {"question", "response", "reference", "rubric"}
 
 
 class LLMJudgeOptions(JudgeOptions):
-    prompt_template: str | None = Field(
-        None,
-        description="What the judge is sent, with {question}, {response} (the completion, "
-        "`<think>` blocks removed), {reference}, {rubric} (null: a template asking for "
-        "VERDICT: CORRECT or VERDICT: INCORRECT, docs/environments.md).",
-    )
-    verdict_regex: str = Field(
-        DEFAULT_VERDICT_REGEX,
-        description="Its last match in the reply is the verdict (group 1 if it has a group).",
-    )
+    prompt_template: str | None = None
+    """What the judge is sent, with {question}, {response} (the completion, `<think>` blocks
+    removed), {reference}, {rubric} (null: a template asking for VERDICT: CORRECT or VERDICT:
+    INCORRECT, docs/environments.md)."""
+    verdict_regex: str = DEFAULT_VERDICT_REGEX
+    """Its last match in the reply is the verdict (group 1 if it has a group)."""
     verdict_rewards: dict[str, float] = Field(
-        default_factory=lambda: {"CORRECT": 1.0, "INCORRECT": 0.0},
-        description="Verdict -> reward (case-insensitive); any other verdict must be a number.",
+        default_factory=lambda: {"CORRECT": 1.0, "INCORRECT": 0.0}
     )
-    score_max: PositiveFloat = Field(
-        1.0, description="A numeric verdict is divided by this; the result must be in [0, 1]."
-    )
+    """Verdict -> reward (case-insensitive); any other verdict must be a number."""
+    score_max: PositiveFloat = 1.0
+    """A numeric verdict is divided by this; the result must be in [0, 1]."""
 
     @field_validator("prompt_template")
     @classmethod

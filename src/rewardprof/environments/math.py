@@ -20,8 +20,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field
-
 from rewardprof.core.schemas import FailureKind
 from rewardprof.environments.base import (
     Environment,
@@ -66,11 +64,9 @@ _JUDGE_VERDICT = re.compile(r"VERDICT:\s*\**\s*(NOT_EQUIVALENT|EQUIVALENT)")
 
 
 class MathOptions(VerifyTimeout):
-    judge: JudgeOptions | None = Field(
-        None,
-        description="Judge fallback (null: off): an answer math-verify rejects is shown to this "
-        "judge with the expected answer; VERDICT: EQUIVALENT gives 1 (extras.judged).",
-    )
+    judge: JudgeOptions | None = None
+    """Judge fallback (null: off): an answer math-verify rejects is shown to this judge with the
+    expected answer; VERDICT: EQUIVALENT gives 1 (extras.judged)."""
 
 
 class MathEnvironment(Environment):

@@ -10,68 +10,50 @@ validating a config must not import any verifier library.
 from __future__ import annotations
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
-    field_validator,
 )
 
-from rewardprof.core.retry import RetryOptions
+from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 
 
-class EnvironmentOptions(BaseModel):
-    """Base of every `Options` model: unknown keys are errors (with the nearest valid key)."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+class EnvironmentOptions(StrictModel):
+    """Base of every environment's `Options` model."""
 
 
 class VerifyTimeout(EnvironmentOptions):
-    timeout_s: PositiveFloat | None = Field(
-        None,
-        description="Hard timeout of one verification, in seconds (null: "
-        "rollout.verify_timeout_s); past it the rollout is a verifier_timeout, never a 0.",
-    )
+    timeout_s: PositiveFloat | None = None
+    """Hard timeout of one verification, in seconds (null: rollout.verify_timeout_s); past it the
+    rollout is a verifier_timeout, never a 0."""
 
 
 class FewShot(EnvironmentOptions):
-    few_shot: bool = Field(
-        False,
-        description="Put one worked exchange (a task and a reply in the format the verifier "
-        "reads) before each task's prompt: small models copy the format they are shown.",
-    )
+    few_shot: bool = False
+    """Put one worked exchange (a task and a reply in the format the verifier reads) before each
+    task's prompt: small models copy the format they are shown."""
 
 
 class JudgeOptions(EnvironmentOptions, RetryOptions):
     """A judge model on its own OpenAI-compatible endpoint (llm_judge, math's fallback)."""
 
-    base_url: str = Field(description="The judge's endpoint, e.g. http://127.0.0.1:8001/v1.")
-    model: str = Field(min_length=1, description="Model name sent in the judge's requests.")
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable that holds the judge's API key."
-    )
-    concurrency: PositiveInt = Field(
-        4, description="Requests in flight to the judge (separate from rollout.concurrency)."
-    )
-    max_attempts: PositiveInt = Field(
-        5, description="HTTP attempts per judgement; then the rollout is a judge_error."
-    )
-    request_timeout_s: PositiveFloat = Field(
-        120.0, description="Per-request timeout; past it the attempt fails and is retried."
-    )
-    temperature: NonNegativeFloat = Field(0.0, description="The judge's sampling temperature.")
-    max_tokens: PositiveInt = Field(512, description="Most tokens of the judge's reply.")
-    cache_dir: str | None = Field(
-        None,
-        description="Directory of cached replies, keyed by the request body: a rerun does not "
-        "pay for the same judgement twice (null: no cache).",
-    )
-
-    @field_validator("base_url")
-    @classmethod
-    def _url_scheme(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return v
+    base_url: HttpUrl
+    """The judge's endpoint, e.g. http://127.0.0.1:8001/v1."""
+    model: str = Field(min_length=1)
+    """Model name sent in the judge's requests."""
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the judge's API key."""
+    concurrency: PositiveInt = 4
+    """Requests in flight to the judge (separate from rollout.concurrency)."""
+    max_attempts: PositiveInt = 5
+    """HTTP attempts per judgement; then the rollout is a judge_error."""
+    request_timeout_s: PositiveFloat = 120.0
+    """Per-request timeout; past it the attempt fails and is retried."""
+    temperature: NonNegativeFloat = 0.0
+    """The judge's sampling temperature."""
+    max_tokens: PositiveInt = 512
+    """Most tokens of the judge's reply."""
+    cache_dir: str | None = None
+    """Directory of cached replies, keyed by the request body: a rerun does not pay for the same
+    judgement twice (null: no cache)."""

@@ -1,0 +1,36 @@
+"""Building blocks shared by the run config (core/config.py) and the environments' `Options`
+(environments/options.py), so both read the same keys the same way: the strict model base, an
+HTTP base URL, and how an HTTP client retries (the retry loop itself is engine/http_retry.py).
+Imports only pydantic: config validation stays cheap and imports no verifier library."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors (reported with the nearest valid key); defaults are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=True)
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return value.rstrip("/")
+
+
+# An OpenAI-compatible base URL (".../v1"); the trailing slash is dropped so paths join cleanly.
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+
+
+class RetryOptions(BaseModel):
+    max_attempts: PositiveInt = Field(4, description="HTTP attempts per request.")
+    backoff_initial_s: NonNegativeFloat = Field(
+        1.0, description="First retry delay; doubles per attempt, with jitter."
+    )
+    backoff_max_s: NonNegativeFloat = Field(
+        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
+    )
