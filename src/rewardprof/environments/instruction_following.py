@@ -132,11 +132,9 @@ class InstructionFollowingOptions(VerifyTimeout):
     asterisks removed."""
 
 
-class InstructionFollowingEnvironment(Environment):
+class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
     name = "instruction_following"
     required_fields = ("instruction_id_list",)
-    Options = InstructionFollowingOptions
-    options: InstructionFollowingOptions
 
     def warm(self) -> None:
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
