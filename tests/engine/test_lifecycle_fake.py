@@ -102,9 +102,13 @@ def test_crash_at_start_raises_with_log_tail(tmp_path):
 
 @pytest.mark.parametrize("body", ["sleep", "asyncio"])
 def test_death_during_run_raises_with_log_tail(tmp_path, body):
-    cfg, needle = _cfg(tmp_path, "die_after:1.0")
+    trigger = tmp_path / "die-now"
+    cfg, needle = _cfg(tmp_path, f"die_when:{trigger}")
     finished = []
     with pytest.raises(EngineError) as err, serve(cfg, tmp_path / "engine.log"):
+        # the server is ready and the run has begun: only now may the engine die (a death on
+        # a timer from the server's start could land while it was still starting)
+        trigger.touch()
         if body == "sleep":
             time.sleep(120)
         else:
