@@ -1,0 +1,83 @@
+"""The assert-test runner: runs as `python -I -c <this file's text> <config json>` in the sandbox.
+
+It loads the program as a module named `solution` (so an `if __name__ == "__main__":` block,
+e.g. `sys.exit(main())`, does not run), then takes part in a conversation with the harness
+(rewardprof.environments.code_harness, outside the sandbox) over two pipes:
+
+    runner -> harness  {"event": "loaded"}          the program's module code has finished
+    harness -> runner  {"test": "<code>"}           only now does the test code exist in here
+    runner -> harness  {"event": "ran"}             the test code returned without an exception
+    harness -> runner  {"nonce": "<hex>"}           this test's nonce, made and kept outside
+    runner -> harness  {"event": "passed", "nonce": "<hex>"}
+
+A test passes only when that exact sequence arrives with the nonce the harness sent for this
+test: exiting early (`os._exit(0)`, `SystemExit`, `sys.exit(main())`), an exception, or a
+message out of order (a printed or written "pass") is not a pass. The nonce only enters this
+process after the test code returned. The runner keeps its own references to what it uses
+(`compile`, `exec`, `json`, `os.write`) taken before the program runs, compiles the test with
+asserts on (`optimize=0`), and gives the test code the builtins as they were before the program
+ran, so rebinding `builtins.*` cannot change what the test sees.
+Only the standard library; no rewardprof import.
+"""
+
+import builtins
+import json
+import os
+import sys
+
+_compile, _exec, _dumps, _loads = compile, exec, json.dumps, json.loads
+_write, _read, _exit, _type = os.write, os.read, os._exit, type
+_BaseException, _AssertionError, _SystemExit = BaseException, AssertionError, SystemExit
+_MemoryError = MemoryError
+_PRISTINE_BUILTINS = dict(builtins.__dict__)
+
+
+def main():
+    cfg = _loads(sys.argv[1])
+    to_harness, from_harness = cfg["to_harness"], cfg["from_harness"]
+    sys.argv = ["main.py"]
+    buffer = [b""]
+
+    def send(message):
+        _write(to_harness, (_dumps(message) + "\n").encode())
+
+    def receive():
+        while b"\n" not in buffer[0]:
+            chunk = _read(from_harness, 1 << 16)
+            if not chunk:
+                _exit(0)  # the harness hung up: nothing more to do
+            buffer[0] += chunk
+        line, buffer[0] = buffer[0].split(b"\n", 1)
+        return _loads(line)
+
+    def fail(phase, exc):
+        if isinstance(exc, _SystemExit):
+            send({"event": "exit", "phase": phase, "code": repr(exc.code)[:100]})
+        else:
+            kind = "assertion" if isinstance(exc, _AssertionError) else "error"
+            if isinstance(exc, _MemoryError):
+                kind = "memory"
+            detail = f"{_type(exc).__name__}: {exc}"[:300]
+            send({"event": kind, "phase": phase, "detail": detail})
+        _exit(1)
+
+    with open(cfg["program"], encoding="utf-8") as f:
+        source = f.read()
+    namespace = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        _exec(_compile(source, "main.py", "exec", dont_inherit=True, optimize=0), namespace)
+    except _BaseException as exc:  # the program's fault: reported, never a pass
+        fail("load", exc)
+    send({"event": "loaded"})
+    test = receive()["test"]
+    namespace["__builtins__"] = dict(_PRISTINE_BUILTINS)
+    try:
+        _exec(_compile(test, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
+    except _BaseException as exc:
+        fail("test", exc)
+    send({"event": "ran"})
+    send({"event": "passed", "nonce": receive()["nonce"]})
+    _exit(0)
+
+
+main()
