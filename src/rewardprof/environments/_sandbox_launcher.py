@@ -9,8 +9,11 @@ and the filesystem view) it does steps 3-5 only; as the fallback without bubblew
   3. resource limits: CPU seconds, address space, file size (caps stdout too), processes, files;
   4. as root: drops to an unprivileged uid of its own, so RLIMIT_NPROC counts (root ignores it)
      and a later `kill -1` as that uid removes every process the program left behind;
-  5. a parent-death signal (SIGKILL), set after the uid drop because changing credentials
-     clears it: the program dies with whoever started it.
+  5. as root: a PID namespace of the program's own, in which the program is PID 1: when it
+     exits, the kernel kills every process it left (a forked daemon cannot write its output
+     after it ended), before this launcher, which waits for it outside, reports its end;
+  6. a parent-death signal (SIGKILL), set after the uid drop because changing credentials
+     clears it.
 What it achieved is written as one JSON line to the status fd (closed on exec). In "kill" mode it
 becomes the sandbox uid and SIGKILLs every process of that uid.
 Only the standard library; no rewardprof import (it runs with -I -S).
@@ -23,7 +26,7 @@ import resource
 import signal
 import sys
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
 MS_NODEV, PR_SET_PDEATHSIG = 4, 1
@@ -108,6 +111,25 @@ def set_limits(cfg, status):
     status["nproc_limited"] = True
 
 
+def program_in_own_pid_namespace(status):
+    """Fork the program into a new PID namespace; this process stays outside, root, and ends
+    as the program did (exit code or signal) once every process of the namespace is gone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWPID) != 0:
+        return  # not allowed here: the program runs without (the status says so)
+    status["pid_isolated"] = True
+    child = os.fork()
+    if child == 0:
+        return
+    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    _, wait_status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     fd = cfg["status_fd"]
@@ -126,11 +148,14 @@ def main():
         "uid_dropped": False,
         "scratch_quota": False,
         "dies_with_parent": False,
+        "pid_isolated": False,
     }
     try:
         if cfg["contain"] and os.getuid() == 0:
             contain(cfg, status)
         set_limits(cfg, status)
+        if os.getuid() == 0 and cfg["pid_namespace"]:
+            program_in_own_pid_namespace(status)
         if os.getuid() == 0:
             drop_to(cfg["uid"])
             status["uid_dropped"] = True

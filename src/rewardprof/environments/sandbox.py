@@ -190,6 +190,7 @@ def run_program(
         "status_fd": status_w,
         "scratch": scratch,
         "contain": limits.isolate and mechanism == "launcher",
+        "pid_namespace": limits.isolate or mechanism == "bubblewrap",
         "scratch_bytes": limits.scratch_mb << 20,
         "cpu_s": limits.cpu_s,
         "memory_mb": limits.memory_mb,
@@ -238,6 +239,8 @@ def run_program(
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap: its sandbox dies with it
+            proc.wait()
         wall = time.monotonic() - start
         with os.fdopen(status_r, "rb") as f:
             status_r = -1
@@ -267,8 +270,7 @@ def run_program(
         err = _read_capped(err_path, 300).strip()
         raise SandboxError(f"sandbox did not start the program (exit {rc}): {err}")
     if mechanism == "bubblewrap":  # what bwrap built, on top of the launcher's report
-        status.update(net_isolated=True, fs_readonly=True, fs_hidden=True, pid_isolated=True)
-        status["scratch_quota"] = True
+        status.update(net_isolated=True, fs_readonly=True, fs_hidden=True, scratch_quota=True)
     status["mechanism"] = mechanism
     cap = limits.max_output_bytes
     result = RunResult(

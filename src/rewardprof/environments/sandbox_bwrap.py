@@ -5,10 +5,10 @@ The program's filesystem view holds only `/usr` (the system's libraries and tool
 (its `site-packages` hidden), a minimal `/dev`, a `/proc` of its own PID namespace, the program
 read-only at `/sandbox/main.py`, and a size-limited tmpfs at `/scratch` (its working directory).
 Not the project, the run directory, the sources, `/tmp`, `/run` or any host socket. New IPC,
-network, PID, UTS and cgroup namespaces; a new session; every capability dropped but the two the
-launcher needs to change to the sandbox's uid. `--as-pid-1` makes the launcher (then the
-program) PID 1 of its namespace: when it exits, the kernel kills every process it left, before
-anyone reads its output; `--die-with-parent` kills the sandbox with the worker that started it.
+network, PID, UTS and cgroup namespaces; a new session; every capability dropped but the three
+the launcher needs to give the program a PID namespace of its own and change to the sandbox's
+uid (the program has none). `--die-with-parent` kills bwrap's init, and with it the whole PID
+namespace, when the worker that started it dies.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ def bwrap_argv(
         "--hostname",
         "sandbox",
         "--die-with-parent",
-        "--as-pid-1",
         "--new-session",
         "--clearenv",
         "--cap-drop",
@@ -82,6 +81,8 @@ def bwrap_argv(
         "CAP_SETUID",
         "--cap-add",
         "CAP_SETGID",
+        "--cap-add",
+        "CAP_SYS_ADMIN",
         "--ro-bind",
         "/usr",
         "/usr",
