@@ -34,13 +34,26 @@ _LEGACY_AGE_S = 3600  # directories of older versions carry no owner: removed on
 _swept = False
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None: no such process)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (field 3 on), or None: no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def runs(pid: int, started: int) -> bool:
+    """The process that started at `started` is still running (a zombie is not: it has ended,
+    its parent has only not reaped it yet)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == started
 
 
 def scratch_root() -> Path:
@@ -79,8 +92,7 @@ def _is_stale(name: str, now: float, mtime: float) -> bool:
     m = _NAME.match(name)
     if m is None:
         return now - mtime > _LEGACY_AGE_S
-    pid, started = int(m.group(1)), int(m.group(2))
-    return start_time(pid) != started
+    return not runs(int(m.group(1)), int(m.group(2)))
 
 
 def sweep_stale(kill_uid: Callable[[int], None], tmp: str | None = None) -> list[str]:
