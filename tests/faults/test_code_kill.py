@@ -17,14 +17,16 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from harness import shardkit as kit
+from helpers import require_piece
 
 from rewardprof.core.config import validate_config
 from rewardprof.environments.sandbox_cleanup import PREFIX, UID_BASE, runs, start_time
@@ -37,10 +39,7 @@ LIVENESS_S = 120  # a wedged attempt fails the test instead of hanging CI; not a
 
 @pytest.fixture(autouse=True)
 def need_root():
-    if os.geteuid() != 0:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("CI=true: the sandbox kill test needs root")
-        pytest.skip("the sandbox needs root")
+    require_piece("root (the sandbox's uids and namespaces)", os.geteuid() == 0)
 
 
 def sleeper(marker: str) -> str:
@@ -95,6 +94,8 @@ def alive(pid: int, started: int | None) -> bool:
 
 @pytest.mark.parametrize("mechanism", ["bubblewrap", "launcher"])
 def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
+    if mechanism == "bubblewrap":
+        require_piece("bubblewrap", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
     marker = f"rewardprof-kill-{secrets.token_hex(4)}"
     (tmp_path / "data").mkdir()
     row = {"question": "Print done.", "tests": [{"input": "", "output": "done\n"}]}
@@ -123,23 +124,8 @@ def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
         materialize.run(
             cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
         )
-        out, journal = tmp_path / "out.parquet", tmp_path / "journal"
-        cmd = [
-            str(Path(sys.executable).parent / "rewardprof"),
-            "rollout",
-            "--config-json",
-            json.dumps(cfg.model_dump(mode="json")),
-            "--tasks",
-            str(tasks),
-            "--journal",
-            str(journal),
-            "--out",
-            str(out),
-            "--shard",
-            "0",
-            "--num-shards",
-            "1",
-        ]
+        out = tmp_path / "out.parquet"
+        cmd = kit.rollout_command(cfg, tasks, tmp_path / "journal", out)
         job = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
         deadline = time.monotonic() + LIVENESS_S
         while len(found := marked_processes(marker)) < 2:

@@ -33,9 +33,9 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
 )
+from rewardprof.environments.code_harness import Limits, SandboxError, run_tests
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
-from rewardprof.environments.code_harness import Limits, SandboxError, run_tests
 
 CODE_INSTRUCTION = (
     "Write a complete Python 3 program in one ```python code block. It reads "
@@ -96,7 +96,7 @@ class CodeOptions(EnvironmentOptions):
     nproc: PositiveInt = Limits.nproc
     """Processes and threads of the sandbox's uid (RLIMIT_NPROC)."""
     sandbox: Literal["auto", "bubblewrap", "launcher"] = "auto"
-    """auto: bubblewrap when it works here, else the launcher; bubblewrap: it or a verifier_error."""
+    """auto: bubblewrap where it works, else the launcher; bubblewrap: it or a verifier_error."""
     isolate: bool = Limits.isolate
     """The launcher's network and mount namespaces (when running as root)."""
     python: str | None = None

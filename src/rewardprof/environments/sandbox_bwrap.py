@@ -118,5 +118,7 @@ def bwrap_works(python: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run: {exc}"
     if done.returncode != 0:
-        return f"bwrap failed (exit {done.returncode}): {done.stderr.decode(errors='replace')[:200]}"
+        return (
+            f"bwrap failed (exit {done.returncode}): {done.stderr.decode(errors='replace')[:200]}"
+        )
     return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import shutil
 import socket
@@ -27,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import require_piece
 
 from rewardprof.environments import make_environment
 
@@ -94,6 +94,8 @@ def bait():
 
 
 def verify_case(case: dict, bait: dict, ctx, mechanism: str):
+    if mechanism == "bubblewrap":
+        require_piece("bubblewrap", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
     program = case["program"]
     for token, value in bait.items():
         program = program.replace(token, value)
@@ -146,9 +148,8 @@ def test_launcher_fallback(case, bait, ctx):
 
 def test_bubblewrap_is_the_default_here(ctx):
     """auto picks bubblewrap where it works; CI installs it (.ci/run), so there it must."""
+    require_piece("bubblewrap", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
     env = make_environment("code", {"timeout_s": 5})
     v = run(env.verify(CATALOGUE[0]["row"], f"```python\n{CATALOGUE[0]['program']}\n```", ctx))
-    ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if shutil.which("bwrap") is None and not ci:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    assert (v.status, v.reward) == ("ok", 1.0), v
     assert v.extras["sandbox"]["mechanism"] == "bubblewrap", v

@@ -10,12 +10,14 @@ test_code_cheats.py.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from helpers import require_piece
 
 from rewardprof.environments import make_environment
 
@@ -35,6 +37,8 @@ def need_root():
 
 
 def verify(program: str, ctx, **options):
+    if options.get("sandbox") == "bubblewrap":
+        require_piece("bubblewrap", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
     env = make_environment("code", {"timeout_s": 2, **options})
     return run(env.verify(TESTS, f"```python\n{program}\n```", ctx))
 
