@@ -35,7 +35,9 @@ from rewardprof.environments.sandbox import (
     choose_mechanism,
     kill_uid,
     run_program,
+    sandbox_python,
 )
+from rewardprof.environments.sandbox_bwrap import bwrap_works
 
 RUNNER = (Path(__file__).with_name("_sandbox_runner.py")).read_text()
 _MAX_MESSAGE = 1 << 16
@@ -206,13 +208,22 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
     results: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
     sandbox: dict[str, Any] = {"mechanism": mechanism}
+    # why auto fell back (e.g. bwrap not installed), so a profile can tell weaker sandboxes
+    fallback_reason = (
+        bwrap_works(sandbox_python(limits, "bubblewrap"))
+        if (mechanism == "launcher" and limits.sandbox == "auto")
+        else None
+    )
     root = sandbox_cleanup.scratch_root()
     try:
         for i, test in enumerate(tests):
             workdir = root / str(i)
             workdir.mkdir()
             res, outcome, detail = _run_one(program, test, limits, workdir, mechanism)
-            sandbox = res.sandbox
+            sandbox = {
+                **res.sandbox,
+                **({"fallback_reason": fallback_reason} if fallback_reason else {}),
+            }
             results.append({"outcome": outcome, "wall_s": res.wall_s, "returncode": res.returncode})
             shutil.rmtree(workdir, ignore_errors=True)
             if outcome != "ok":
