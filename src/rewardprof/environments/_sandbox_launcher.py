@@ -111,9 +111,11 @@ def set_limits(cfg, status):
     status["nproc_limited"] = True
 
 
-def program_in_own_pid_namespace(status):
+def program_in_own_pid_namespace(status, fd):
     """Fork the program into a new PID namespace; this process stays outside, root, and ends
-    as the program did (exit code or signal) once every process of the namespace is gone."""
+    as the program did (exit code or signal) once every process of the namespace is gone. It
+    also writes how the program ended to the status fd: through bubblewrap a signal would only
+    arrive as exit code 128 + n, like a program's own exit code."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWPID) != 0:
         return  # not allowed here: the program runs without (the status says so)
@@ -121,13 +123,18 @@ def program_in_own_pid_namespace(status):
     child = os.fork()
     if child == 0:
         return
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    _, wait_status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(wait_status):
-        sig = os.WTERMSIG(wait_status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
+    try:
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        _, wait_status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(wait_status)  # -n: killed by signal n
+        os.write(fd, (json.dumps({"program_exit": code}) + "\n").encode())
+        if code < 0 and -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        if code < 0:
+            os.kill(os.getpid(), -code)
+        os._exit(code & 0xFF)
+    finally:
+        os._exit(125)  # the child started the program: never report a setup error from here
 
 
 def main():
@@ -155,7 +162,7 @@ def main():
             contain(cfg, status)
         set_limits(cfg, status)
         if os.getuid() == 0 and cfg["pid_namespace"]:
-            program_in_own_pid_namespace(status)
+            program_in_own_pid_namespace(status, fd)
         if os.getuid() == 0:
             drop_to(cfg["uid"])
             status["uid_dropped"] = True

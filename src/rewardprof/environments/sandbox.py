@@ -272,9 +272,12 @@ def run_program(
     if mechanism == "bubblewrap":  # what bwrap built, on top of the launcher's report
         status.update(net_isolated=True, fs_readonly=True, fs_hidden=True, scratch_quota=True)
     status["mechanism"] = mechanism
+    # how the program itself ended, as the launcher saw it (bwrap's own exit code turns a
+    # signal into 128 + n); else the process we started is the program
+    returncode = status.pop("program_exit", proc.returncode)
     cap = limits.max_output_bytes
     result = RunResult(
-        proc.returncode,
+        returncode,
         _read_capped(out_path, cap),
         _read_capped(err_path, cap),
         timed_out,
