@@ -6,14 +6,15 @@ not hide the filesystem, /proc or host sockets, the cheats on the filesystem vie
 The bait the cheats look for is real and reachable on the host: a source JSONL with the rows
 and an (uncompressed) tasks.parquet in a world-readable project directory, a world-writable
 Unix socket and an abstract one that answer with the expected output, and a process whose
-command line carries it. Needs root (the sandbox's uid drop and namespaces); under CI=true a
-missing bubblewrap is a failure, never a skip.
+command line and environment carry it. Needs root (the sandbox's uid drop and namespaces);
+under CI=true a missing bubblewrap is a failure, never a skip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -75,7 +76,8 @@ def bait():
         server.listen()
         threading.Thread(target=_serve, args=(server,), daemon=True).start()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(3600)", f"--expected-output={ANSWER}"]
+        [sys.executable, "-c", "import time; time.sleep(3600)", f"--expected-output={ANSWER}"],
+        env={**os.environ, "REWARDPROF_BAIT_ANSWER": ANSWER},
     )
     yield {
         "@@SOURCE_JSONL@@": str(source),
