@@ -210,6 +210,7 @@ def run_program(
     timed_out = False
     talk: dict[str, Any] = {}
     proc: subprocess.Popen | None = None
+    started = False  # once it is, the child's ends of the pipes are closed here
     start = time.monotonic()
     try:
         with (
@@ -227,9 +228,9 @@ def run_program(
                 cwd=cwd,
                 env=env,
             )
-        for fd in (status_w, *pass_fds):
+        started = True
+        for fd in (status_w, *pass_fds):  # the sandbox has its own copies now
             os.close(fd)
-        status_w = -1
         deadline = start + limits.timeout_s
         if during is not None:
             talk = during(deadline)
@@ -250,7 +251,7 @@ def run_program(
             with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        for fd in (status_r, status_w):
+        for fd in (status_r,) if started else (status_r, status_w, *pass_fds):
             if fd >= 0:
                 os.close(fd)
         # What the program left running: gone with bwrap's PID namespace; the fallback kills
