@@ -33,7 +33,7 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
 )
-from rewardprof.environments.code_harness import Limits, SandboxError, run_tests
+from rewardprof.environments.code_harness import Limits, SandboxError, prepare, run_tests
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
 
@@ -113,6 +113,11 @@ class CodeEnvironment(Environment):
     Options = CodeOptions
     prompt_keys = ("question",)
     options: CodeOptions
+
+    def warm(self) -> None:
+        """In each verification worker as the job starts: bind the worker to the job, remove
+        what killed jobs' sandboxes left, probe bubblewrap (not at the first verification)."""
+        prepare(self.options.limits())
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -196,6 +196,13 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
     return res, _assert_outcome(res, said), said.get("detail")
 
 
+def prepare(limits: Limits) -> str:
+    """Once per worker: bind it to its rollout job and sweep what killed jobs left
+    (sandbox_cleanup); then the mechanism to use (bubblewrap's probe is cached)."""
+    sandbox_cleanup.prepare_worker(kill_uid)
+    return choose_mechanism(limits)
+
+
 def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, Any]) -> dict:
     """Runs in a worker process. Each test is {"stdin", "expected_stdout"} or {"assert": code}.
 
@@ -203,8 +210,7 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
     "stderr_tail", "sandbox", "tests": [...]}; raises SandboxError only if the sandbox broke.
     """
     limits = Limits(**limits_dict)
-    sandbox_cleanup.prepare_worker(kill_uid)
-    mechanism = choose_mechanism(limits)
+    mechanism = prepare(limits)
     results: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
     sandbox: dict[str, Any] = {"mechanism": mechanism}
@@ -248,4 +254,4 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
     return out
 
 
-__all__ = ["Limits", "SandboxError", "run_tests"]
+__all__ = ["Limits", "SandboxError", "prepare", "run_tests"]
