@@ -1,8 +1,10 @@
 """The assert-test runner: runs as `python -I -c <this file's text> <config json>` in the sandbox.
 
 It loads the program as a module named `solution` (so an `if __name__ == "__main__":` block,
-e.g. `sys.exit(main())`, does not run), then takes part in a conversation with the harness
-(rewardprof.environments.code_harness, outside the sandbox) over two pipes:
+e.g. `sys.exit(main())`, does not run; the test code then runs as `__main__` in the same
+namespace, so a guard around the tests does not skip them), then takes part in a
+conversation with the harness (rewardprof.environments.code_harness, outside the sandbox)
+over two pipes:
 
     runner -> harness  {"event": "loaded"}          the program's module code has finished
     harness -> runner  {"test": "<code>"}           only now does the test code exist in here
@@ -28,7 +30,7 @@ import sys
 _compile, _exec, _dumps, _loads = compile, exec, json.dumps, json.loads
 _write, _read, _exit, _type = os.write, os.read, os._exit, type
 _BaseException, _AssertionError, _SystemExit = BaseException, AssertionError, SystemExit
-_MemoryError = MemoryError
+_MemoryError, _Module = MemoryError, type(sys)
 _PRISTINE_BUILTINS = dict(builtins.__dict__)
 
 
@@ -63,7 +65,10 @@ def main():
 
     with open(cfg["program"], encoding="utf-8") as f:
         source = f.read()
-    namespace = {"__name__": "solution", "__builtins__": builtins}
+    module = _Module("solution")  # a real module: sys.modules can name it (unittest looks)
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
+    sys.modules["solution"] = module
     try:
         _exec(_compile(source, "main.py", "exec", dont_inherit=True, optimize=0), namespace)
     except _BaseException as exc:  # the program's fault: reported, never a pass
@@ -71,6 +76,8 @@ def main():
     send({"event": "loaded"})
     test = receive()["test"]
     namespace["__builtins__"] = dict(_PRISTINE_BUILTINS)
+    namespace["__name__"] = "__main__"  # test code under a main guard runs (the program's did not)
+    sys.modules["__main__"] = module
     try:
         _exec(_compile(test, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
     except _BaseException as exc:

@@ -21,6 +21,17 @@ SUM = {
     "prompt": "Read two integers on one line; print their sum.",
     "tests": [{"input": "20 22\n", "output": "42\n"}],
 }
+UNITTEST = {
+    "prompt": "Write a function add(a, b) returning a + b.",
+    "test_code": """import unittest
+
+class TestAdd(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(1, 2), 3)
+
+assert unittest.main(exit=False).result.wasSuccessful()
+""",
+}
 WRONG_ADD = """def add(a, b):
     return a - b
 """
@@ -106,6 +117,23 @@ print('PASS')
 """,
     1.0,
     why="printing is harmless, also a word like PASS",
+)
+row(
+    "honest_add_unittest",
+    "honest",
+    UNITTEST,
+    "def add(a, b):\n    return a + b\n",
+    1.0,
+    why="test code may use unittest: it finds its TestCase in __main__",
+)
+row(
+    "wrong_add_unittest",
+    "cheat",
+    UNITTEST,
+    WRONG_ADD,
+    0.0,
+    failure="wrong_answer",
+    why="not a cheat, the control: a wrong add fails the same unittest test code",
 )
 row(
     "honest_abs",
