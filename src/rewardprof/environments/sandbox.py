@@ -183,6 +183,9 @@ def run_program(
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    view: list[str] = []  # bwrap's options, built before any fd is opened here
+    if mechanism == "bubblewrap":
+        view = bwrap_argv(python, workdir / "main.py", limits.scratch_mb << 20, [])
     status_r, status_w = os.pipe()
     cfg = {
         "mode": "run",
@@ -200,8 +203,7 @@ def run_program(
         "env": env,
     }
     if mechanism == "bubblewrap":
-        launch = [python, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
-        cmd = bwrap_argv(python, workdir / "main.py", limits.scratch_mb << 20, launch)
+        cmd = [*view, python, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
         cwd = str(workdir)
     else:
         cmd = [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
