@@ -7,7 +7,7 @@ conversation with the harness (rewardprof.environments.code_harness, outside the
 over two pipes:
 
     runner -> harness  {"event": "loaded"}          the program's module code has finished
-    harness -> runner  {"test": "<code>"}           only now does the test code exist in here
+    harness -> runner  {"test": "<code>", "equal": "<name>"}  only now is the test code in here
     runner -> harness  {"event": "ran"}             the test code returned without an exception
     harness -> runner  {"nonce": "<hex>"}           this test's nonce, made and kept outside
     runner -> harness  {"event": "passed", "nonce": "<hex>"}
@@ -18,7 +18,9 @@ message out of order (a printed or written "pass") is not a pass. The nonce only
 process after the test code returned. The runner keeps its own references to what it uses
 (`compile`, `exec`, `json`, `os.write`) taken before the program runs, compiles the test with
 asserts on (`optimize=0`), and gives the test code the builtins as they were before the program
-ran, so rebinding `builtins.*` cannot change what the test sees.
+ran, so rebinding `builtins.*` cannot change what the test sees. The harness rewrites every
+`a == b` of the test code into a call of `_equal` (under a name it picks per test): a value
+whose `==` also holds for a changed copy of the other side (`__eq__` always true) fails.
 Only the standard library; no rewardprof import.
 """
 
@@ -31,7 +33,59 @@ _compile, _exec, _dumps, _loads = compile, exec, json.dumps, json.loads
 _write, _read, _exit, _type = os.write, os.read, os._exit, type
 _BaseException, _AssertionError, _SystemExit = BaseException, AssertionError, SystemExit
 _MemoryError, _Module = MemoryError, type(sys)
+_bool, _iter, _next = bool, iter, next
+_int, _float, _complex, _str, _bytes = int, float, complex, str, bytes
+_list, _tuple, _dict, _set, _frozenset = list, tuple, dict, set, frozenset
 _PRISTINE_BUILTINS = dict(builtins.__dict__)
+_NO_PROBE = object()
+
+
+class _Unseen:
+    """A value the program has never seen: no honest == says it equals it."""
+
+
+def _perturbed(value, depth=0):
+    """A value of the same plain type that differs from `value` (in its first element for
+    containers), or _NO_PROBE for any other type."""
+    kind = _type(value)
+    if kind is _bool:
+        return not value
+    if kind is _int or kind is _complex:
+        return value + 1
+    if kind is _float:
+        bigger = value + 1.0
+        return bigger if bigger != value and value == value else _Unseen()  # inf, nan
+    if kind is _str or kind is _bytes:
+        return value + (b"\0" if kind is _bytes else "\0")
+    if value is None:
+        return _Unseen()
+    if kind is _list or kind is _tuple:
+        if value and depth < 20:
+            first = _perturbed(value[0], depth + 1)
+            if first is not _NO_PROBE:
+                return kind([first, *value[1:]])
+        return kind([*value, _Unseen()])
+    if kind is _dict:
+        if value and depth < 20:
+            key = _next(_iter(value))
+            first = _perturbed(value[key], depth + 1)
+            if first is not _NO_PROBE:
+                return {**value, key: first}
+        return {**value, _Unseen(): 0}
+    if kind is _set or kind is _frozenset:
+        return kind([*value, _Unseen()])
+    return _NO_PROBE
+
+
+def _equal(left, right):
+    """`left == right` for the test code, refusing a rigged __eq__: when it holds, it must not
+    also hold with either plain side changed (as it would for an object equal to anything)."""
+    equal = _bool(left == right)
+    if equal:
+        for a, b in ((left, _perturbed(right)), (_perturbed(left), right)):
+            if a is not _NO_PROBE and b is not _NO_PROBE and _bool(a == b):
+                raise _AssertionError("== also holds for a different value: rigged __eq__")
+    return equal
 
 
 def main():
@@ -74,8 +128,9 @@ def main():
     except _BaseException as exc:  # the program's fault: reported, never a pass
         fail("load", exc)
     send({"event": "loaded"})
-    test = receive()["test"]
-    namespace["__builtins__"] = dict(_PRISTINE_BUILTINS)
+    message = receive()
+    test = message["test"]
+    namespace["__builtins__"] = {**_PRISTINE_BUILTINS, message["equal"]: _equal}
     namespace["__name__"] = "__main__"  # test code under a main guard runs (the program's did not)
     sys.modules["__main__"] = module
     try:

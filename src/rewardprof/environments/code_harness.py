@@ -10,13 +10,15 @@
   the test passes only when the runner sends that nonce back. Exit status, stdout and anything
   the program prints or writes play no part: exiting early, `SystemExit`, a printed "pass" or a
   message out of order is a failure (`early_exit` or `protocol_violation`).
-What the harness does not catch (documented in docs/environments.md): a program written
-against this runner's own protocol, which would have to speak it from inside the test, and a
-returned object that rigs `==` (it is compared inside the program's process).
+Every `a == b` of the test code goes through the runner's check against a rigged `__eq__`
+(`guard_equality`). What the harness does not catch (documented in docs/environments.md): a
+program written against this runner's own protocol, which would have to speak it from inside
+the test, or one rigging other operators or the check itself.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -69,11 +71,36 @@ def _same_output(actual: str, expected: str) -> bool:
     return a == e
 
 
+class _EqualityGuard(ast.NodeTransformer):
+    """`a == b` -> `<name>(a, b)`: the runner's check that refuses a rigged __eq__."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
+            return node
+        call = ast.Call(ast.Name(self.name, ast.Load()), [node.left, node.comparators[0]], [])
+        return ast.copy_location(call, node)
+
+
+def guard_equality(test: str, name: str) -> str:
+    """The test code with every single `==` comparison going through the runner's check."""
+    try:
+        tree = _EqualityGuard(name).visit(ast.parse(test))
+        return ast.unparse(ast.fix_missing_locations(tree))
+    except (SyntaxError, ValueError, RecursionError):
+        return test  # the runner compiles it and reports the error as the test's
+
+
 class _Conversation:
     """The harness's side of one assert test (see _sandbox_runner.py for the runner's)."""
 
     def __init__(self, test: str):
-        self.test = test
+        # a name per test: the program cannot know what to rebind before the test runs
+        self.equal = f"__rewardprof_equal_{secrets.token_hex(4)}__"
+        self.test = guard_equality(test, self.equal)
         self.nonce = secrets.token_hex(16)
         self.from_runner, self.runner_out = os.pipe()
         self.runner_in, self.to_runner = os.pipe()
@@ -119,7 +146,8 @@ class _Conversation:
 
     def talk(self, deadline: float) -> dict[str, Any]:
         """{"passed": bool, "end": what ended it, "detail": the runner's words, "stop": bool}."""
-        for expected, reply in (("loaded", {"test": self.test}), ("ran", {"nonce": self.nonce})):
+        test = {"test": self.test, "equal": self.equal}
+        for expected, reply in (("loaded", test), ("ran", {"nonce": self.nonce})):
             message = self._receive(deadline)
             if isinstance(message, str):
                 return {"passed": False, "end": message, "stop": message == "malformed"}
