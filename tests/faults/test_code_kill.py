@@ -141,8 +141,16 @@ def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
         ]
         assert scratch, "the verification worker's scratch directory was not found"
 
+        verifying = [w for w in workers if any(p.name.startswith(f"{PREFIX}{w}-") for p in scratch)]
+        worker_started = {w: start_time(w) for w in verifying}
         os.kill(job.pid, signal.SIGKILL)  # the job alone: its workers are orphaned
         assert job.wait(LIVENESS_S) == -signal.SIGKILL
+        # the workers die with the job (parent-death signal; polled: the kernel delivers it as
+        # the job exits, the worker ends a moment later); the rerun's sweep needs them gone
+        deadline = time.monotonic() + LIVENESS_S
+        while any(alive(w, s) for w, s in worker_started.items()):
+            assert time.monotonic() < deadline, "verification workers outlived the job"
+            time.sleep(0.05)
         if mechanism == "bubblewrap":
             # gone at once: the worker dies with the job, bwrap with the worker, the PID
             # namespace with bwrap (polled: the kernel finishes the kills asynchronously)
