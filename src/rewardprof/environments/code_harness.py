@@ -128,7 +128,7 @@ class _Conversation:
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # the program can write here: anything may come
             return "malformed"
         return message if isinstance(message, dict) else "malformed"
 
@@ -153,8 +153,9 @@ class _Conversation:
                 return {"passed": False, "end": message, "stop": message == "malformed"}
             event = message.get("event")
             if event != expected:
-                if event in _RAISED or event == "exit":
-                    return {"passed": False, "end": event, "detail": message.get("detail")}
+                if isinstance(event, str) and (event in _RAISED or event == "exit"):
+                    detail = message.get("detail")  # the runner's words, or the program's
+                    return {"passed": False, "end": event, "detail": str(detail)[:300]}
                 return {"passed": False, "end": "malformed", "stop": True}
             if not self._send(reply, deadline):
                 return {"passed": False, "end": "timeout"}

@@ -339,6 +339,23 @@ os._exit(0)
     why="the harness's messages, printed and written to every open fd, with a guessed nonce",
 )
 row(
+    "garbage_to_every_fd",
+    "cheat",
+    ADD,
+    WRONG_ADD
+    + r"""import os
+for fd in range(3, 256):
+    try:
+        os.write(fd, b'[' * 100000 + b'\n')
+    except OSError:
+        pass
+os._exit(0)
+""",
+    0.0,
+    failure="protocol_violation",
+    why="JSON nested 100,000 deep where the harness listens: a violation, not a verifier crash",
+)
+row(
     "daemon_writes_after_exit",
     "cheat",
     SUM,
