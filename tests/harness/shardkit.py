@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,26 @@ def make_tasks(workdir: Path, cfg: Config, num_tasks: int) -> Path:
 def endpoint(cfg: Config, api_key: str | None = None) -> Endpoint:
     assert cfg.engine.base_url is not None
     return Endpoint(cfg.engine.base_url, cfg.model_name, api_key, identity="endpoint:fake")
+
+
+def rollout_command(cfg: Config, tasks: Path, journal: Path, out: Path) -> list[str]:
+    """The real `rewardprof rollout` command of shard 0 of 1 (this interpreter's install)."""
+    return [
+        str(Path(sys.executable).parent / "rewardprof"),
+        "rollout",
+        "--config-json",
+        json.dumps(cfg.model_dump(mode="json")),
+        "--tasks",
+        str(tasks),
+        "--journal",
+        str(journal),
+        "--out",
+        str(out),
+        "--shard",
+        "0",
+        "--num-shards",
+        "1",
+    ]
 
 
 def load_tasks(tasks_path: Path) -> pd.DataFrame:

@@ -232,22 +232,7 @@ def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
 
         def rollout(out: str) -> subprocess.Popen:
             return subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "rewardprof"),
-                    "rollout",
-                    "--config-json",
-                    json.dumps(cfg.model_dump(mode="json")),
-                    "--tasks",
-                    str(tasks),
-                    "--journal",
-                    str(journal),
-                    "--out",
-                    str(tmp_path / out),
-                    "--shard",
-                    "0",
-                    "--num-shards",
-                    "1",
-                ],
+                kit.rollout_command(cfg, tasks, journal, tmp_path / out),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

@@ -1,12 +1,19 @@
 """The sandbox launcher: runs as `python -I -S -c <this file's text> <config json>`.
 
 It is a separate process image (not a preexec_fn) so it is safe to start from threads. It
-contains the program and then execs it:
+contains the program and then execs it. Inside bubblewrap (which already built the namespaces
+and the filesystem view) it does steps 3-5 only; as the fallback without bubblewrap, all:
   1. a new network namespace (only a downed loopback: every connection fails);
-  2. a new mount namespace in which every mount is read-only except the scratch directory;
+  2. a new mount namespace in which every mount is read-only except the scratch directory, which
+     becomes a tmpfs of its own with a size limit (the scratch quota);
   3. resource limits: CPU seconds, address space, file size (caps stdout too), processes, files;
   4. as root: drops to an unprivileged uid of its own, so RLIMIT_NPROC counts (root ignores it)
-     and a later `kill -1` as that uid removes every process the program left behind.
+     and a later `kill -1` as that uid removes every process the program left behind;
+  5. as root: a PID namespace of the program's own, in which the program is PID 1: when it
+     exits, the kernel kills every process it left (a forked daemon cannot write its output
+     after it ended), before this launcher, which waits for it outside, reports its end;
+  6. a parent-death signal (SIGKILL), set after the uid drop because changing credentials
+     clears it.
 What it achieved is written as one JSON line to the status fd (closed on exec). In "kill" mode it
 becomes the sandbox uid and SIGKILLs every process of that uid.
 Only the standard library; no rewardprof import (it runs with -I -S).
@@ -16,11 +23,13 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
+MS_NODEV, PR_SET_PDEATHSIG = 4, 1
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = -100, 0x8000, 1, 442
 
 
@@ -68,14 +77,14 @@ def contain(cfg, status):
     ):
         scratch = cfg["scratch"].encode()
         if readonly_everything(libc):
-            # The scratch directory alone gets a writable mount of its own.
-            if (
-                libc.mount(scratch, scratch, None, MS_BIND, None) == 0
-                and libc.mount(None, scratch, None, MS_BIND | MS_REMOUNT | MS_NOSUID, None) == 0
-            ):
-                status["fs_readonly"] = True
+            # The scratch directory alone gets a writable mount of its own: a tmpfs whose size
+            # is the scratch quota, owned by the sandbox uid.
+            uid, size = int(cfg["uid"]), int(cfg["scratch_bytes"])
+            options = f"size={size},mode=0700,uid={uid},gid={uid}".encode()
+            if libc.mount(b"tmpfs", scratch, b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0:
+                status["fs_readonly"] = status["scratch_quota"] = True
             else:
-                raise OSError(ctypes.get_errno(), "cannot make the scratch dir writable")
+                raise OSError(ctypes.get_errno(), "cannot mount the scratch tmpfs")
 
 
 def set_limits(cfg, status):
@@ -102,6 +111,32 @@ def set_limits(cfg, status):
     status["nproc_limited"] = True
 
 
+def program_in_own_pid_namespace(status, fd):
+    """Fork the program into a new PID namespace; this process stays outside, root, and ends
+    as the program did (exit code or signal) once every process of the namespace is gone. It
+    also writes how the program ended to the status fd: through bubblewrap a signal would only
+    arrive as exit code 128 + n, like a program's own exit code."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWPID) != 0:
+        return  # not allowed here: the program runs without (the status says so)
+    status["pid_isolated"] = True
+    child = os.fork()
+    if child == 0:
+        return
+    try:
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        _, wait_status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(wait_status)  # -n: killed by signal n
+        os.write(fd, (json.dumps({"program_exit": code}) + "\n").encode())
+        if code < 0 and -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        if code < 0:
+            os.kill(os.getpid(), -code)
+        os._exit(code & 0xFF)
+    finally:
+        os._exit(125)  # the child started the program: never report a setup error from here
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     fd = cfg["status_fd"]
@@ -118,14 +153,22 @@ def main():
         "fs_readonly": False,
         "nproc_limited": False,
         "uid_dropped": False,
+        "scratch_quota": False,
+        "dies_with_parent": False,
+        "pid_isolated": False,
     }
     try:
-        if cfg["isolate"] and os.getuid() == 0:
+        if cfg["contain"] and os.getuid() == 0:
             contain(cfg, status)
         set_limits(cfg, status)
+        if os.getuid() == 0 and cfg["pid_namespace"]:
+            program_in_own_pid_namespace(status, fd)
         if os.getuid() == 0:
             drop_to(cfg["uid"])
             status["uid_dropped"] = True
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+            status["dies_with_parent"] = True
         os.chdir(cfg["scratch"])
         os.write(fd, (json.dumps(status) + "\n").encode())
         os.set_inheritable(fd, False)

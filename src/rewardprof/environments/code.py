@@ -5,21 +5,24 @@ Row formats (any one of):
   stdin/stdout cases;
 - `tests`: a list of `{"input": ..., "output": ...}` (stdin/stdout) or `{"assert": "code"}`;
 - `test_list` (MBPP style): a list of assert statements, with optional `test_setup_code`;
-- `test_code`: one block of Python run after the program (asserts; exit 0 = pass).
+- `test_code`: one block of Python run against the loaded program (asserts).
 
 The program is the last ```python fenced block of the completion (else the last fenced block);
-none is reward 0 with reason "no_code". Each test runs in a fresh sandboxed subprocess (see
-`sandbox.py`: no network, read-only filesystem outside a scratch dir, CPU/memory/file-size/process
-limits, wall-clock timeout). Reward 1 only if all tests pass; the first failing test's outcome
-(wrong_answer, runtime_error, timeout, memory_limit, output_limit, plus any `violation`: network,
-filesystem, processes) is in extras. A sandbox that cannot start is a verifier_error.
+none is reward 0 with reason "no_code". Each test runs in a fresh sandbox (`sandbox.py`: the
+program sees only the interpreter, the standard library and a scratch tmpfs; no network; limits)
+and must earn its pass (`code_harness.py`: an assert test passes only when the test code ran to
+its end, told through a channel the program cannot forge by exiting or printing). Reward 1 only
+if all tests pass; the first failing test's outcome (wrong_answer, runtime_error, early_exit,
+protocol_violation, timeout, memory_limit, output_limit, plus any `violation`: network,
+filesystem, processes) is in extras, with `sandbox.mechanism` (bubblewrap or launcher). A
+sandbox that cannot start is a verifier_error.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import PositiveFloat, PositiveInt
 
@@ -30,9 +33,9 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
 )
+from rewardprof.environments.code_harness import Limits, SandboxError, prepare, run_tests
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
-from rewardprof.environments.sandbox import Limits, SandboxError, run_tests
 
 CODE_INSTRUCTION = (
     "Write a complete Python 3 program in one ```python code block. It reads "
@@ -88,12 +91,17 @@ class CodeOptions(EnvironmentOptions):
     """Address space of the program, in MiB (RLIMIT_AS)."""
     max_output_bytes: PositiveInt = Limits.max_output_bytes
     """Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE)."""
+    scratch_mb: PositiveInt = Limits.scratch_mb
+    """Size of the program's scratch directory, a tmpfs, in MiB (all its files together)."""
     nproc: PositiveInt = Limits.nproc
     """Processes and threads of the sandbox's uid (RLIMIT_NPROC)."""
+    sandbox: Literal["auto", "bubblewrap", "launcher"] = "auto"
+    """auto: bubblewrap where it works, else the launcher; bubblewrap: it or a verifier_error."""
     isolate: bool = Limits.isolate
-    """New network and mount namespaces (when running as root)."""
+    """The launcher's network and mount namespaces (when running as root)."""
     python: str | None = None
-    """Interpreter for the program (null: one the unprivileged sandbox user can execute)."""
+    """Interpreter for the program (null: this one's base interpreter, or with the launcher one
+    the unprivileged sandbox user can execute)."""
 
     def limits(self) -> Limits:
         cpu_s = self.cpu_s if self.cpu_s is not None else max(1, int(self.timeout_s + 0.999))
@@ -103,6 +111,11 @@ class CodeOptions(EnvironmentOptions):
 class CodeEnvironment(Environment[CodeOptions]):
     name = "code"
     prompt_keys = ("question",)
+
+    def warm(self) -> None:
+        """In each verification worker as the job starts: bind the worker to the job, remove
+        what killed jobs' sandboxes left, probe bubblewrap (not at the first verification)."""
+        prepare(self.options.limits())
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -167,7 +167,7 @@ code = [
         c2,
         "```python\ndef add(a, b):\n    return a - b\n```",
         0.0,
-        extras={"failure": "runtime_error"},
+        extras={"failure": "wrong_answer"},
     ),
     case("no_code", c1, "Just sum them up.", 0.0, extras={"reason": "no_code"}),
     case(

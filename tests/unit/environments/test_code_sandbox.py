@@ -2,17 +2,22 @@
 
 The containment asserted here (network namespace, read-only mounts, own uid) needs root, which
 this project's machines and CI have; without root these tests skip (or fail under CI=true).
+Tests parametrized by `mechanism` run with bubblewrap and with the launcher fallback; the
+others with the default (bubblewrap where it works: CI installs it). The cheat catalogue is in
+test_code_cheats.py.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from helpers import require_piece
 
 from rewardprof.environments import make_environment
 
@@ -32,6 +37,8 @@ def need_root():
 
 
 def verify(program: str, ctx, **options):
+    if options.get("sandbox") == "bubblewrap":
+        require_piece("bubblewrap", shutil.which("bwrap") is not None, "apt-get install bubblewrap")
     env = make_environment("code", {"timeout_s": 2, **options})
     return run(env.verify(TESTS, f"```python\n{program}\n```", ctx))
 
@@ -68,7 +75,11 @@ def assert_next_still_works(ctx):
     assert (v.status, v.reward) == ("ok", 1.0), v
 
 
-def test_network_connection_is_refused(ctx):
+MECHANISMS = pytest.mark.parametrize("mechanism", ["bubblewrap", "launcher"])
+
+
+@MECHANISMS
+def test_network_connection_is_refused(ctx, mechanism):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -94,38 +105,47 @@ def test_network_connection_is_refused(ctx):
         f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
         "print(s.recv(10).decode().strip())"
     )
-    v = verify(program, ctx)
+    v = verify(program, ctx, sandbox=mechanism)
     stop.set()
     t.join()
     server.close()
     assert (v.status, v.reward) == ("ok", 0.0), v
     assert v.extras["failure"] == "runtime_error"
     assert v.extras["violation"] == "network"
-    assert "Network is unreachable" in v.extras["stderr_tail"]
+    # bubblewrap's namespace has its own loopback (refused), the launcher's a downed one
+    assert "Connection refused" in v.extras["stderr_tail"] or (
+        "Network is unreachable" in v.extras["stderr_tail"]
+    )
     assert v.extras["sandbox"]["net_isolated"] is True
     assert accepted == [], "the program reached the host network"
     assert_next_still_works(ctx)
 
 
-def test_write_outside_scratch_fails(ctx):
+@MECHANISMS
+def test_write_outside_scratch_fails(ctx, mechanism):
     # /tmp is world-writable: only the read-only mount keeps the program out of it.
     target = Path("/tmp") / f"rewardprof-escape-{os.getpid()}-{time.time_ns()}.txt"
     program = f"open({str(target)!r}, 'w').write('x')\nprint(4)"
-    v = verify(program, ctx)
+    v = verify(program, ctx, sandbox=mechanism)
     assert (v.status, v.reward) == ("ok", 0.0), v
     assert v.extras["failure"] == "runtime_error"
     assert v.extras["violation"] == "filesystem"
-    assert "Read-only file system" in v.extras["stderr_tail"]
+    # bubblewrap's view has no host /tmp at all; the launcher's is read-only
+    assert "Read-only file system" in v.extras["stderr_tail"] or (
+        "No such file or directory" in v.extras["stderr_tail"]
+    )
     assert v.extras["sandbox"]["fs_readonly"] is True
     assert not target.exists()
     # ... while its own scratch directory is writable
-    v = verify("open('notes.txt', 'w').write('2')\nprint(int(open('notes.txt').read()) * 2)", ctx)
+    program = "open('notes.txt', 'w').write('2')\nprint(int(open('notes.txt').read()) * 2)"
+    v = verify(program, ctx, sandbox=mechanism)
     assert (v.status, v.reward) == ("ok", 1.0), v
 
 
-def test_fork_bomb_is_bounded_and_cleaned_up(ctx):
+@MECHANISMS
+def test_fork_bomb_is_bounded_and_cleaned_up(ctx, mechanism):
     program = "import os\nwhile True:\n    os.fork()"
-    v = verify(program, ctx)
+    v = verify(program, ctx, sandbox=mechanism)
     # status ok: the sandbox's own limits ended it (the pool's backstop, 20 s here, would be a
     # verifier_timeout), so no wall-clock bound is needed (nor safe on a loaded machine)
     assert (v.status, v.reward) == ("ok", 0.0), v
@@ -135,12 +155,13 @@ def test_fork_bomb_is_bounded_and_cleaned_up(ctx):
     assert_next_still_works(ctx)
 
 
-def test_fork_bomb_that_survives_errors_times_out(ctx):
+@MECHANISMS
+def test_fork_bomb_that_survives_errors_times_out(ctx, mechanism):
     program = (
         "import os, time\nwhile True:\n    try:\n        os.fork()\n"
         "    except OSError:\n        time.sleep(0.01)"
     )
-    v = verify(program, ctx, timeout_s=1)
+    v = verify(program, ctx, timeout_s=1, sandbox=mechanism)
     assert (v.reward, v.extras["failure"]) == (0.0, "timeout"), v
     assert sandbox_processes() == []
 

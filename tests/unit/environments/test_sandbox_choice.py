@@ -1,0 +1,34 @@
+"""Which sandbox runs: bubblewrap where it works; `auto` falls back to the launcher and says
+why; asking for bubblewrap where it cannot run is a verifier_error, never a silent fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardprof.environments import VerifyContext, make_environment, sandbox
+from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism
+
+from .env_helpers import run
+
+WHY = "bwrap is not installed (Debian: apt-get install bubblewrap)"
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_works", lambda python: WHY)
+
+
+def test_auto_falls_back_and_explicit_bubblewrap_refuses(no_bwrap):
+    assert choose_mechanism(Limits(sandbox="auto")) == "launcher"
+    assert choose_mechanism(Limits(sandbox="launcher")) == "launcher"
+    with pytest.raises(SandboxError, match="bubblewrap was asked for, but bwrap is not installed"):
+        choose_mechanism(Limits(sandbox="bubblewrap"))
+
+
+def test_missing_bubblewrap_is_a_verifier_error(no_bwrap):
+    env = make_environment("code", {"sandbox": "bubblewrap"})
+    row = {"tests": [{"input": "", "output": "1"}]}
+    # inline (no pool): the monkeypatched check is the one the verifier sees
+    v = run(env.verify(row, "```python\nprint(1)\n```", VerifyContext(pool=None)))
+    assert (v.status, v.reward) == ("verifier_error", None), v
+    assert "bubblewrap was asked for" in v.detail
