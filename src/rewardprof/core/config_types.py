@@ -11,9 +11,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFl
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (reported with the nearest valid key); defaults are validated."""
+    """Unknown keys are errors (reported with the nearest valid key); defaults are validated.
+    Values are never coerced (pydantic's strict mode): `num_repeats: "4"` or `num_repeats: true`
+    is an error naming the key, not 4 or 1; an integer is accepted where a number is expected."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, use_attribute_docstrings=True, strict=True
+    )
 
 
 def _http_url(value: str) -> str:
