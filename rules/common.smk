@@ -5,11 +5,14 @@ import json
 import os
 import sys
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError, typed_overrides, validate_config
 from rewardprof.core.layout import RunLayout
 
 try:
-    CFG = validate_config(config, origin="config")
+    # values inside a `--config` section come as text; the config is strict (no "4" -> 4)
+    CFG = validate_config(
+        typed_overrides(config, workflow.config_settings.overwrite_config), origin="config"
+    )
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 
