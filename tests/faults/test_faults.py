@@ -138,7 +138,7 @@ def test_hang_past_timeout_is_retried(tmp_path, server):
         ("429", "rate_limited", "HTTP 429: "),
         ("hang", "timeout", "no response within 1s"),  # until the server stops: never answered
         ("reset", "connection_error", "ClientPayloadError"),
-        ("garbage", "engine_error", "malformed JSON in response body"),
+        ("garbage", "engine_error", "invalid reply: malformed JSON in body"),
     ],
 )
 def test_persistent_fault_ends_in_typed_failure(tmp_path, server, fault, status, error):

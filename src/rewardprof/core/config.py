@@ -26,6 +26,7 @@ from pydantic import (
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.redaction import config_secrets, redact
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -249,6 +250,15 @@ class Config(StrictModel):
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     """Validate a config dict; raise ConfigError with one line per problem found."""
+    try:
+        return _validated(data, origin)
+    except ConfigError as exc:
+        # the message quotes bad values: never a key or a URL password the config names
+        secrets = tuple(config_secrets(data)) if isinstance(data, dict) else ()
+        raise ConfigError(redact(str(exc), secrets)) from None
+
+
+def _validated(data: dict[str, Any], origin: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
     try:

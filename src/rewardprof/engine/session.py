@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewardprof.core.config import Config
-from rewardprof.engine.preflight import api_key_from_env, check_endpoint, public_url
+from rewardprof.core.redaction import public_url
+from rewardprof.engine.preflight import api_key_from_env, check_endpoint
 from rewardprof.engine.server import EngineError, serve
 
 __all__ = ["Endpoint", "EngineError", "engine_session"]

@@ -106,14 +106,14 @@ class JudgeClient:
             await asyncio.sleep(wait)
         self.stats["requests"] += 1
         try:
-            text = await post_json(
+            payload = await post_json(
                 session, self.url, body, self.options.request_timeout_s, secret=self._api_key
             )
         except AttemptError as exc:
             if exc.kind == FailureKind.RATE_LIMITED:
                 self.stats["rate_limited"] += 1
             raise
-        return self._content(text)
+        return self._content(payload)
 
     def _on_retry(self, error: AttemptError, wait: float) -> None:
         self.stats["retries"] += 1
@@ -121,11 +121,12 @@ class JudgeClient:
             self._pause_until = max(self._pause_until, time.monotonic() + error.retry_after)
 
     @staticmethod
-    def _content(text: str) -> str:
+    def _content(payload: Any) -> str:
         try:
-            content = json.loads(text)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise JudgeError(f"malformed judge response: {text[:200]}") from None
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            # the reply is not quoted: it is the server's text, and may hold anything
+            raise JudgeError("malformed judge response: no choices[0].message.content") from None
         if not isinstance(content, str):
             raise JudgeError("judge response has no text content")
         return content

@@ -23,6 +23,8 @@ may instead decide per request (return a fault string or None). Fault strings:
     fewer                      one choice fewer than asked
     length                     every choice ends with finish_reason "length"
     context_length             HTTP 400 "maximum context length" (deterministic: never retry)
+    content_list, usage_str, not_utf8, deep_json, ...
+                               a malformed reply: rewardprof.testing.hostile_replies
 
 A gate holds answers until a test says so (kill tests: an attempt that needs the held answers
 cannot finish before it is killed, however fast the machine):
@@ -58,6 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from rewardprof.testing.hostile_replies import MANGLE, RAW
 
 AnswerFn = Callable[[str, int | None], str]
 
@@ -281,7 +285,7 @@ class FakeOpenAI:
         with self._lock:
             self.stats["ok_requests"] += 1
             self.stats["ok_choices"] += len(choices)
-        return {
+        payload = {
             "id": f"cmpl-{time.monotonic_ns()}",
             "object": "chat.completion",
             "model": self.model,
@@ -292,6 +296,9 @@ class FakeOpenAI:
                 "total_tokens": total + len(prompt.split()),
             },
         }
+        if fault in MANGLE:
+            MANGLE[fault](payload)
+        return payload
 
     async def _fault(self, fault: str, request: web.Request, body: dict):
         kind, _, arg = fault.partition(":")
@@ -332,7 +339,10 @@ class FakeOpenAI:
             for task in pending:
                 task.cancel()
             return None  # then served normally
-        if kind in ("fewer", "length"):
+        if kind in RAW:
+            status, content_type, raw = RAW[kind]
+            return web.Response(status=status, body=raw, content_type=content_type)
+        if kind in ("fewer", "length") or kind in MANGLE:
             return None  # served normally, shaped in _completion
         raise ValueError(f"unknown fault {fault!r}")
 
