@@ -20,7 +20,14 @@ import aiohttp
 
 from rewardprof.core.config import Rollout
 from rewardprof.core.schemas import FailureKind
-from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, redact, with_retries
+from rewardprof.engine.http_retry import (
+    AttemptError,
+    RetryPolicy,
+    bearer_url,
+    post_json,
+    redact,
+    with_retries,
+)
 from rewardprof.engine.reply import Choice, parse_choices
 
 
@@ -48,6 +55,7 @@ class ChatClient:
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+            self.url = bearer_url(self.url)
         self._secret = api_key
         self.settings = settings
         self.policy = RetryPolicy(

@@ -18,6 +18,7 @@ import math
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -140,6 +141,16 @@ async def post_json(
             FailureKind.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"[:200], True
         ) from None
     return parse_json_body(raw)
+
+
+def bearer_url(url: str) -> str:
+    """`url` without its user:password@, for requests that carry a bearer key: aiohttp refuses
+    both at once (a ValueError on every request), and the key is what the server reads, as in
+    the preflight check (rewardprof.engine.preflight)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def redact(text: str, secret: str | None) -> str:

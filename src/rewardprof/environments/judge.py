@@ -24,7 +24,13 @@ import aiohttp
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import FailureKind
-from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, with_retries
+from rewardprof.engine.http_retry import (
+    AttemptError,
+    RetryPolicy,
+    bearer_url,
+    post_json,
+    with_retries,
+)
 from rewardprof.environments.options import JudgeOptions
 
 
@@ -81,6 +87,8 @@ class JudgeClient:
         if key_env and not self._api_key:
             raise JudgeError(f"environment variable {key_env} (the judge's API key) is not set")
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        if self._api_key:
+            self.url = bearer_url(self.url)
         return aiohttp.ClientSession(
             headers=headers, connector=aiohttp.TCPConnector(limit=self.options.concurrency)
         )

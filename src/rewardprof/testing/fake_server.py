@@ -40,7 +40,8 @@ Only requests about to be answered pass the gate: a request answered with a faul
 does not count, so retries cannot use up the served answers.
 
 `api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
-`echo_key=True` the 401 body quotes the key it got, like some providers do). `request_times`
+`echo_key=True` the 401 body quotes the key it got, like some providers do); `basic_auth=
+(user, password)` demands HTTP Basic auth instead (a base URL with user:password). `request_times`
 holds the monotonic arrival time of every chat request (to check backoff and Retry-After).
 """
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import email.utils
 import json
@@ -83,11 +85,16 @@ class FakeOpenAI:
         return_token_ids: bool = True,
         api_key: str | None = None,
         echo_key: bool = False,
+        basic_auth: tuple[str, str] | None = None,
     ):
         self.answer, self.model, self.host, self.port = answer, model, host, port
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
         self.api_key, self.echo_key = api_key, echo_key
+        self.expected_auth = f"Bearer {api_key}" if api_key is not None else None
+        if basic_auth is not None:
+            pair = base64.b64encode(":".join(basic_auth).encode()).decode()
+            self.expected_auth = f"Basic {pair}"
         self.faults: deque[str] = deque()
         self.stats: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
@@ -208,10 +215,10 @@ class FakeOpenAI:
         return web.Response(text="ok")
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
-        if self.api_key is None:
+        if self.expected_auth is None:
             return None
         got = request.headers.get("Authorization", "")
-        if got == f"Bearer {self.api_key}":
+        if got == self.expected_auth:
             with self._lock:
                 self.stats["auth_ok"] += 1
             return None
