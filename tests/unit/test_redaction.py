@@ -130,3 +130,23 @@ def test_stage_command_restores_urls_and_redacts_its_errors(config, monkeypatch,
     assert cfg.entries[0].options["base_url"] == config["entries"][0]["options"]["base_url"]
     # the process now masks every secret that config names
     assert "SENTINEL" not in redaction.redact(f"{POLICY_KEY} {JUDGE_KEY} {cfg.engine.base_url}")
+
+
+def test_url_password_from_an_environment_variable(monkeypatch):
+    """`${NAME}` in a base_url: the config file holds no password, the run uses it, and it is
+    one of the secrets redaction masks."""
+    monkeypatch.setattr(redaction, "_active", ())
+    monkeypatch.setenv("RP_URL_PW", "p@ss/SENTINEL")
+    data = {
+        "entries": [{"label": "m", "environment": "math", "source": "x.jsonl"}],
+        "engine": {"mode": "endpoint", "base_url": "https://u:${RP_URL_PW}@h:1/v1"},
+    }
+    cfg = validate_config(data)
+    assert cfg.engine.base_url == "https://u:p%40ss%2FSENTINEL@h:1/v1"
+    assert "p@ss/SENTINEL" in redaction.config_secrets(cfg.model_dump(mode="json"))
+    monkeypatch.delenv("RP_URL_PW")
+    with pytest.raises(ConfigError) as info:
+        validate_config(data)
+    assert "engine.base_url: environment variable RP_URL_PW (named in the URL) is not set" in str(
+        info.value
+    )

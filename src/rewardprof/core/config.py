@@ -103,7 +103,9 @@ class Engine(StrictModel):
     model: str = "builtin:smollm2-135m"
     """builtin:<name>, or a model path/name for vLLM."""
     base_url: HttpUrl | None = None
-    """Endpoint mode: e.g. http://127.0.0.1:8000/v1"""
+    """Endpoint mode: e.g. http://127.0.0.1:8000/v1. `${NAME}` in it is replaced by that
+    environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never written
+    anywhere; a literal password works too, but Snakemake's report embeds the config file)."""
     served_model_name: str | None = None
     """Model name sent in requests (default: derived from `model`)."""
     api_key_env: str | None = None

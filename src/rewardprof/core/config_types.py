@@ -5,6 +5,9 @@ Imports only pydantic: config validation stays cheap and imports no verifier lib
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.parse
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
@@ -20,13 +23,26 @@ class StrictModel(BaseModel):
     )
 
 
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
-    return value.rstrip("/")
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not os.environ.get(name):
+            raise ValueError(f"environment variable {name} (named in the URL) is not set")
+        return urllib.parse.quote(os.environ[name], safe="")
+
+    return _VARIABLE.sub(variable, value).rstrip("/")
 
 
 # An OpenAI-compatible base URL (".../v1"); the trailing slash is dropped so paths join cleanly.
+# `${NAME}` in it is replaced by that environment variable's value (percent-encoded): a password
+# kept out of the config file (Snakemake's report embeds config files), e.g.
+# https://user:${MY_PASSWORD}@host/v1.
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
