@@ -114,6 +114,7 @@ def test_a_tail_that_does_not_fit_the_schema_is_quarantined(tmp_path, server, ca
         dict(good, task_index=0, rollout_index=1, completion=[{"type": "text", "text": "x"}]),
         dict(good, task_index=1, rollout_index=0, finish_reason=7),
         dict(good, task_index=1, rollout_index=1, prompt_tokens="12"),
+        dict(good, task_index=1, rollout_index=1, completion="\ud800"),  # no file can hold it
         dict(good, task_index=0, rollout_index=0),  # a valid one among them: kept
     ]
     for path in journal.glob("*.parquet"):
@@ -127,7 +128,7 @@ def test_a_tail_that_does_not_fit_the_schema_is_quarantined(tmp_path, server, ca
     assert (journal / "s0of1-1-old-1-0.000000.parquet").exists()  # the valid record
     warning = [r.getMessage() for r in caplog.records if r.name.endswith(".journal")]
     assert len(warning) == 1
-    assert "3 records do not fit the rollout schema (first: completion is list" in warning[0]
+    assert "4 records do not fit the rollout schema (first: completion is list" in warning[0]
     assert str(moved) in warning[0]
     # the next run of the shard completes: the three quarantined rollouts are generated again
     before = len(server.requests)
