@@ -209,7 +209,11 @@ def _read_tail(path: Path, columns: list[str] = COLUMN_NAMES) -> tuple[pa.Table,
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             pass
         else:
-            rest, torn = _read_lines(data[cut:].split(b"\n"))
+            try:  # the last line, without its newline: torn, or whole but never ended
+                rest, torn = _read_lines(data[cut:].split(b"\n"))
+            except _TailMismatch as exc:
+                valid = pa.concat_tables([table, exc.valid])
+                raise _TailMismatch(valid, exc.bad, exc.first_problem) from None
             if rest.num_rows:
                 table = pa.concat_tables([table, rest])
             return table.select(columns).cast(schema), torn
