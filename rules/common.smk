@@ -5,13 +5,24 @@ import json
 import os
 import sys
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError, typed_overrides, validate_config
 from rewardprof.core.layout import RunLayout
+from rewardprof.core.redaction import URL_CREDENTIALS_ENV, masked_urls
 
 try:
-    CFG = validate_config(config, origin="config")
+    # values inside a `--config` section come as text; the config is strict (no "4" -> 4)
+    CFG = validate_config(
+        typed_overrides(config, workflow.config_settings.overwrite_config), origin="config"
+    )
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
+
+# A URL's user:password never reaches a rule's command or params (Snakemake prints them and
+# keeps them in .snakemake/metadata): the rules get it masked, and the jobs, which inherit this
+# environment, the real URL from it (rewardprof.core.redaction).
+PUBLIC_CONFIG, _REAL_URLS = masked_urls(CFG.model_dump(mode="json"))
+if _REAL_URLS:
+    os.environ[URL_CREDENTIALS_ENV] = json.dumps(_REAL_URLS)
 
 # every path of results/<run>/ (rewardprof.core.layout); shard paths keep {i} and {n} as wildcards
 LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
@@ -27,9 +38,8 @@ wildcard_constraints:
 def stage_config(*sections):
     """JSON of the config keys one stage depends on: Snakemake's params trigger reruns only
     when these change (e.g. a new profile.pass_at_k does not regenerate rollouts)."""
-    data = CFG.model_dump(mode="json")
     keep = {"run", "entries", *sections}
-    return json.dumps({k: v for k, v in data.items() if k in keep}, sort_keys=True)
+    return json.dumps({k: v for k, v in PUBLIC_CONFIG.items() if k in keep}, sort_keys=True)
 
 
 def final_outputs():

@@ -14,10 +14,12 @@ import dataclasses
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from rewardprof.core import redaction
 from rewardprof.core.config import (
     Config,
     ConfigError,
@@ -42,11 +44,17 @@ class Command(NamedTuple):
 
 
 def _config(args: argparse.Namespace) -> Config:
+    """The stage's config, with URL passwords the rule masked put back (from the environment
+    Snakemake passes on); every secret it names is then masked in what this process logs."""
     if args.config_json:
-        return validate_config(json.loads(args.config_json), origin="--config-json")
-    if args.config:
-        return load_config(args.config)
-    raise ConfigError("give --config FILE or --config-json TEXT")
+        data, origin = json.loads(args.config_json), "--config-json"
+    elif args.config:
+        data, origin = load_config(args.config).model_dump(mode="json"), args.config
+    else:
+        raise ConfigError("give --config FILE or --config-json TEXT")
+    cfg = validate_config(redaction.unmask_urls(data), origin=origin)
+    redaction.install(redaction.config_secrets(cfg.model_dump(mode="json")))
+    return cfg
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
@@ -300,12 +308,17 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redaction.RedactingFilter())
     try:
         return int(args.handler(args) or 0)
     except (RewardprofError, FileNotFoundError) as exc:
         # one line naming the file/key and what to do; no traceback for bad input
-        print(f"rewardprof {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rewardprof {args.command}: error: {redaction.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code if isinstance(exc, RewardprofError) else 2
+    except Exception:  # a bug: its traceback, without the secrets it may quote (a URL, a reply)
+        print(redaction.redact(traceback.format_exc()), file=sys.stderr, end="")
+        return 1
 
 
 if __name__ == "__main__":

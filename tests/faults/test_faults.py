@@ -138,7 +138,7 @@ def test_hang_past_timeout_is_retried(tmp_path, server):
         ("429", "rate_limited", "HTTP 429: "),
         ("hang", "timeout", "no response within 1s"),  # until the server stops: never answered
         ("reset", "connection_error", "ClientPayloadError"),
-        ("garbage", "engine_error", "malformed JSON in response body"),
+        ("garbage", "engine_error", "invalid reply: malformed JSON in body"),
     ],
 )
 def test_persistent_fault_ends_in_typed_failure(tmp_path, server, fault, status, error):
@@ -352,3 +352,17 @@ def test_rejected_key_is_request_error_and_redacted(tmp_path):
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert sentinel.encode() not in path.read_bytes(), path
+
+
+def test_api_key_and_url_password_together_send_the_key(tmp_path):
+    """A base URL with user:password and an API key: the key is sent (aiohttp refuses both in
+    one request, which used to fail every request with a ValueError)."""
+    key = "sk-SENTINEL-both-0123456789"
+    with FakeOpenAI(kit.answer, api_key=key) as server:
+        url = server.base_url.replace("http://", "http://user:pw-SENTINEL-both@")
+        cfg = kit.make_config(url, 2)
+        tasks = kit.make_tasks(tmp_path, cfg, 1)
+        out = tmp_path / "out.parquet"
+        run_shard(cfg, kit.endpoint(cfg, key), tasks, tmp_path / "journal", out, "s0of1")
+        assert server.stats["auth_ok"] == 1 and server.stats["auth_failed"] == 0
+    assert pq.read_table(out).to_pandas()["status"].tolist() == ["ok", "ok"]

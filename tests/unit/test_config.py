@@ -87,3 +87,107 @@ def test_load_config_names_the_file(tmp_path):
         load_config(p)
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (
+            {"entries": [dict(ENTRY, num_repeats="4")]},
+            "entries[0].num_repeats: Input should be a valid integer (got '4')",
+        ),
+        (
+            {"entries": [dict(ENTRY, num_repeats=True)]},
+            "entries[0].num_repeats: Input should be a valid integer (got True)",
+        ),
+        (
+            {"entries": [dict(ENTRY, num_repeats=4.0)]},
+            "entries[0].num_repeats: Input should be a valid integer (got 4.0)",
+        ),
+        (
+            {"entries": [ENTRY], "num_shards": "2"},
+            "num_shards: Input should be a valid integer (got '2')",
+        ),
+        (
+            {"entries": [dict(ENTRY, limit=False)]},
+            "entries[0].limit: Input should be a valid integer (got False)",
+        ),
+        (
+            {"entries": [ENTRY], "sampling": {"temperature": "0.5"}},
+            "sampling.temperature: Input should be a valid number (got '0.5')",
+        ),
+        (
+            {"entries": [ENTRY], "sampling": {"seed": True}},
+            "sampling.seed: Input should be a valid integer (got True)",
+        ),
+        (
+            {"entries": [ENTRY], "rollout": {"max_attempts": "3"}},
+            "rollout.max_attempts: Input should be a valid integer (got '3')",
+        ),
+        (
+            {"entries": [ENTRY], "rollout": {"request_timeout_s": True}},
+            "rollout.request_timeout_s: Input should be a valid number (got True)",
+        ),
+        (
+            {"entries": [ENTRY], "engine": {"return_token_ids": 1}},
+            "engine.return_token_ids: Input should be a valid boolean (got 1)",
+        ),
+        (
+            {"entries": [ENTRY], "export": {"drop_all_fail": "no"}},
+            "export.drop_all_fail: Input should be a valid boolean (got 'no')",
+        ),
+        (
+            {"entries": [ENTRY], "profile": {"pass_at_k": [1, True]}},
+            "profile.pass_at_k[1]: Input should be a valid integer (got True)",
+        ),
+        (
+            {"entries": [dict(ENTRY, options={"timeout_s": "5"})]},
+            "entries[0].options.timeout_s: Input should be a valid number (got '5')",
+        ),
+    ],
+)
+def test_values_are_never_coerced(data, expected):
+    """A string or a bool where a number is expected is an error naming the key: `true` is not
+    K=1 and "4" is not 4."""
+    msg = _err(data)
+    assert expected in msg
+    assert "\n" not in msg
+
+
+def test_strict_types_still_take_what_yaml_gives(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "entries: [{label: m, environment: math, source: x.jsonl, num_repeats: 3}]\n"
+        "sampling: {temperature: 1, top_p: 0.9}\nexport: {target_share: {m: 2}}\n"
+    )
+    cfg = load_config(p)
+    # an integer where a number is expected is that number
+    assert (cfg.entries[0].num_repeats, cfg.sampling.temperature) == (3, 1.0)
+    assert isinstance(cfg.sampling.temperature, float)
+    assert cfg.export.target_share == {"m": 2.0}
+    p.write_text('entries: [{label: m, environment: math, source: x.jsonl, num_repeats: "4"}]\n')
+    with pytest.raises(ConfigError, match=r"c\.yaml: entries\[0\]\.num_repeats: .*valid integer"):
+        load_config(p)
+
+
+def test_command_line_sections_are_read_as_yaml():
+    """`snakemake --config 'sampling={max_tokens: 512}'`: Snakemake leaves every value inside
+    the section a string; they are typed as in a config file, and the strict config takes them."""
+    from snakemake.cli import parse_config  # lazy: only this test needs Snakemake's parser
+
+    from rewardprof.core.config import typed_overrides
+
+    overrides = parse_config(
+        ["sampling={max_tokens: 512, temperature: 0.5}", "num_shards=3", "run=other"]
+    )
+    assert overrides["sampling"] == {"max_tokens": "512", "temperature": "0.5"}  # the premise
+    base = {"entries": [dict(ENTRY, num_repeats="4")], "sampling": {"seed": 7}}
+    merged = {**base, **overrides, "sampling": {"seed": 7, **overrides["sampling"]}}
+    typed = typed_overrides(merged, overrides)
+    assert typed["sampling"] == {"seed": 7, "max_tokens": 512, "temperature": 0.5}
+    assert (typed["num_shards"], typed["run"]) == (3, "other")
+    # a value from the config file is never converted: "4" stays an error
+    assert typed["entries"] == base["entries"]
+    assert "entries[0].num_repeats: Input should be a valid integer" in _err(typed)
+    cfg = validate_config(dict(typed, entries=[ENTRY]))
+    assert (cfg.sampling.max_tokens, cfg.sampling.temperature, cfg.num_shards) == (512, 0.5, 3)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
@@ -150,3 +151,26 @@ def test_winner_choice_matches_the_plain_definition_on_random_journals():
         first = np.ones(n, dtype=bool)
         first[1:] = (pos[order][1:] != pos[order][:-1]) | (ri[order][1:] != ri[order][:-1])
         assert _winners(pos, ri, ok, finished).tolist() == order[first].tolist()
+
+
+def test_writer_refuses_a_record_that_does_not_fit_the_schema(tmp_path):
+    w = JournalWriter(tmp_path, "w1", interval_s=3600, max_records=100)
+    w.append(_rec(0, 0))
+    with pytest.raises(ValueError, match="completion is list, not a string"):
+        w.append(dict(_rec(0, 1), completion=[{"type": "text", "text": "x"}]))
+    w.close()  # the tail compacts: nothing unwritable reached it
+    scan = scan_journal(tmp_path)
+    assert scan.keys.num_rows == 1 and scan.quarantined == 0
+
+
+def test_a_bad_last_line_without_newline_keeps_the_valid_records(tmp_path):
+    """The fast path reads the complete lines; a last line that is a whole object but wrong
+    (never ended by a newline) still quarantines the tail with every valid record kept."""
+    tail = tmp_path / "w1.000000.jsonl"
+    lines = [json.dumps(_rec(0, r)) + "\n" for r in range(3)]
+    tail.write_text("".join(lines) + json.dumps(dict(_rec(0, 3), reward="high")))
+    scan = scan_journal(tmp_path)
+    assert scan.quarantined == 1
+    assert sorted(scan.keys.column("rollout_index").to_pylist()) == [0, 1, 2]
+    assert (tmp_path / "quarantine" / tail.name).exists()
+    assert scan.sources == [tmp_path / "w1.000000.parquet"]

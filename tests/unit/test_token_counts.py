@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 
-from rewardprof.engine.client import _parse_choices
+from rewardprof.engine.reply import parse_choices as _parse_choices
 from rewardprof.stages.rollout.runner import run_shard
 from rewardprof.stages.rollout.seeds import gen_key, wants_token_ids
 from rewardprof.testing.fake_server import FakeOpenAI

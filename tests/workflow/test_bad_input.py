@@ -60,14 +60,12 @@ CASES = {
     "wrong_type_int": (
         {"num_shards": "two"},
         None,
-        "num_shards: Input should be a valid integer, unable to parse string as an integer "
-        "(got 'two')",
+        "num_shards: Input should be a valid integer (got 'two')",
     ),
     "wrong_type_float": (
         {"sampling": {"temperature": "hot"}},
         None,
-        "sampling.temperature: Input should be a valid number, unable to parse string as a "
-        "number (got 'hot')",
+        "sampling.temperature: Input should be a valid number (got 'hot')",
     ),
     "missing_source": (
         {"entries": _entries(source="data/nope.jsonl")},
@@ -123,6 +121,17 @@ CASES = {
         {"entries": _entries(num_repeats=0)},
         None,
         "entries[0].num_repeats: Input should be greater than 0 (got 0)",
+    ),
+    # never converted: "4" is not 4, and true is not K=1
+    "num_repeats_string": (
+        {"entries": _entries(num_repeats="4")},
+        None,
+        "entries[0].num_repeats: Input should be a valid integer (got '4')",
+    ),
+    "num_repeats_bool": (
+        {"entries": _entries(num_repeats=True)},
+        None,
+        "entries[0].num_repeats: Input should be a valid integer (got True)",
     ),
     "num_repeats_negative": (
         {"entries": _entries(num_repeats=-3)},

@@ -4,11 +4,13 @@ results, logs, .snakemake metadata, the Snakemake report, the terminal output.""
 from __future__ import annotations
 
 import secrets
+import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from harness import shardkit as kit
-from helpers import endpoint_config, snakemake, write_config
+from helpers import endpoint_config, snakemake, write_config, write_jsonl
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -73,8 +75,96 @@ def test_api_key_never_written(tmp_path):
     for needle in (key, wrong):  # ... and nothing holds its value
         assert _files_containing(tmp_path, needle.encode()) == []
         assert not [o for o in outputs if needle in o]
-    import zipfile
-
     with zipfile.ZipFile(tmp_path / "report.zip") as z:
         for name in z.namelist():
             assert key.encode() not in z.read(name), name
+
+
+def test_judge_key_and_url_passwords_never_written(tmp_path):
+    """A sentinel judge key (quoted by the judge in every reply, and in its 401 body when
+    wrong) and sentinel passwords in engine.base_url and the judge's base_url: used by the
+    run, found in no file under the working directory (results/, .snakemake/, logs), in no
+    printed output and in no report."""
+    tag = secrets.token_hex(8)
+    judge_key, wrong_judge_key = f"sk-JUDGE-SENTINEL-{tag}", f"sk-WRONGJUDGE-SENTINEL-{tag}"
+    policy_pw, judge_pw = f"pw-POLICY-SENTINEL-{tag}", f"pw-JUDGE-SENTINEL-{tag}"
+    kit.write_source(tmp_path / "data/m.jsonl", 3)
+    write_jsonl(
+        tmp_path / "data/j.jsonl",
+        [
+            {"question": f"Why is the sky blue? ({i})", "reference_answer": "Rayleigh"}
+            for i in range(2)
+        ],
+    )
+
+    def judge_reply(prompt: str, seed: int | None) -> str:
+        return f"Authorized with {judge_key}.\nVERDICT: CORRECT"
+
+    env = {"JUDGE_KEY_VAR": judge_key, "RP_POLICY_PW": policy_pw, "RP_JUDGE_PW": judge_pw}
+    outputs = []
+    with (
+        FakeOpenAI(kit.answer, basic_auth=("rp-user", policy_pw)) as policy,
+        FakeOpenAI(judge_reply, model="judge", api_key=judge_key, echo_key=True) as judge,
+    ):
+        judge_options = {
+            "base_url": judge.base_url.replace("http://", "http://judge-user:${RP_JUDGE_PW}@"),
+            "model": "judge",
+            "api_key_env": "JUDGE_KEY_VAR",
+            "max_attempts": 2,
+            "backoff_initial_s": 0.01,
+        }
+        entries = [
+            {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2},
+            {
+                "label": "j",
+                "environment": "llm_judge",
+                "source": "data/j.jsonl",
+                "num_repeats": 2,
+                "options": judge_options,
+            },
+        ]
+        url = policy.base_url.replace("http://", "http://rp-user:${RP_POLICY_PW}@")
+        cfg = endpoint_config(url, entries, rollout={"max_failed_fraction": 1.0})
+        config = write_config(tmp_path, cfg)
+        r = snakemake(tmp_path, "-p", "--configfile", str(config), env=env)
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        # the rollout jobs had the real password (the server insists on it) and the judge key
+        assert policy.stats["auth_ok"] >= 2 and policy.stats["auth_failed"] == 0
+        assert judge.stats["auth_ok"] >= 4 and judge.stats["auth_failed"] == 0
+        rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+        assert rollouts["status"].eq("ok").all() and len(rollouts) == 10
+        judged = rollouts[rollouts["label"] == "j"]
+        # the judge's reply quoted its key: the record holds the mask instead
+        assert judged["extras"].str.contains(r"Authorized with \[REDACTED\]").all()
+        r = snakemake(tmp_path, "--report", "report.zip", "--configfile", str(config), env=env)
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        # a wrong judge key, which this judge quotes back in its 401 body: judge_error records
+        r = snakemake(
+            tmp_path,
+            "-p",
+            "--configfile",
+            str(config),
+            "--config",
+            "run=t2",
+            env=dict(env, JUDGE_KEY_VAR=wrong_judge_key),
+        )
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        assert judge.stats["auth_failed"] >= 2
+    rejected = pd.read_parquet(tmp_path / "results/t2/rollouts.parquet")
+    rejected = rejected[rejected["label"] == "j"]
+    assert rejected["status"].eq("judge_error").all()
+    assert rejected["error"].str.contains(r"HTTP 401: .*\[REDACTED\]").all()
+    # the rules' parameters carry the URLs masked (the proof that the grep below looks at them)
+    assert [p for p in _files_containing(tmp_path / ".snakemake", b"***@127.0.0.1")]
+    assert "${RP_POLICY_PW}" in config.read_text()  # the config names the variable ...
+    for needle in (judge_key, wrong_judge_key, policy_pw, judge_pw):  # ... nothing holds a value
+        assert _files_containing(tmp_path, needle.encode()) == [], needle
+        assert not [o for o in outputs if needle in o], needle
+    with zipfile.ZipFile(tmp_path / "report.zip") as z:
+        assert len(z.namelist()) > 3
+        for name in z.namelist():
+            data = z.read(name)
+            assert not [s for s in (judge_key, policy_pw, judge_pw) if s.encode() in data], name

@@ -26,6 +26,7 @@ from pydantic import (
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.redaction import config_secrets, redact
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -102,7 +103,9 @@ class Engine(StrictModel):
     model: str = "builtin:smollm2-135m"
     """builtin:<name>, or a model path/name for vLLM."""
     base_url: HttpUrl | None = None
-    """Endpoint mode: e.g. http://127.0.0.1:8000/v1"""
+    """Endpoint mode: e.g. http://127.0.0.1:8000/v1. `${NAME}` in it is replaced by that
+    environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never written
+    anywhere; a literal password works too, but Snakemake's report embeds the config file)."""
     served_model_name: str | None = None
     """Model name sent in requests (default: derived from `model`)."""
     api_key_env: str | None = None
@@ -249,6 +252,15 @@ class Config(StrictModel):
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     """Validate a config dict; raise ConfigError with one line per problem found."""
+    try:
+        return _validated(data, origin)
+    except ConfigError as exc:
+        # the message quotes bad values: never a key or a URL password the config names
+        secrets = tuple(config_secrets(data)) if isinstance(data, dict) else ()
+        raise ConfigError(redact(str(exc), secrets)) from None
+
+
+def _validated(data: dict[str, Any], origin: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
     try:
@@ -275,6 +287,40 @@ def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     if problems:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
     return cfg
+
+
+def typed_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the sections given by Snakemake's `--config` read as YAML would read them.
+
+    Snakemake types a top-level `--config key=value` (int, float, bool, then text), but parses a
+    section (`--config 'sampling={max_tokens: 512}'`) with YAML's BaseLoader, which leaves every
+    value inside a string. The config is strict (no string -> int), so those strings are read
+    again as YAML; a value from a config file is never converted."""
+
+    def retyped(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: retyped(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [retyped(v) for v in value]
+        if isinstance(value, str):
+            try:
+                return yaml.safe_load(value) if value.strip() else value
+            except yaml.YAMLError:
+                return value
+        return value
+
+    def merged(base: dict[str, Any], over: dict[str, Any], top: bool) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in over.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                out[key] = merged(base[key], value, top=False)
+            elif isinstance(value, (dict, list)) or not top:
+                out[key] = retyped(value)  # inside a section: BaseLoader's strings
+            elif key in base:
+                out[key] = base[key]
+        return out
+
+    return merged(config, overrides, top=True) if isinstance(config, dict) else config
 
 
 def _options_problems(i: int, entry: Entry) -> list[str]:

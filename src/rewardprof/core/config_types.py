@@ -5,24 +5,44 @@ Imports only pydantic: config validation stays cheap and imports no verifier lib
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.parse
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (reported with the nearest valid key); defaults are validated."""
+    """Unknown keys are errors (reported with the nearest valid key); defaults are validated.
+    Values are never coerced (pydantic's strict mode): `num_repeats: "4"` or `num_repeats: true`
+    is an error naming the key, not 4 or 1; an integer is accepted where a number is expected."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, use_attribute_docstrings=True, strict=True
+    )
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
-    return value.rstrip("/")
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not os.environ.get(name):
+            raise ValueError(f"environment variable {name} (named in the URL) is not set")
+        return urllib.parse.quote(os.environ[name], safe="")
+
+    return _VARIABLE.sub(variable, value).rstrip("/")
 
 
 # An OpenAI-compatible base URL (".../v1"); the trailing slash is dropped so paths join cleanly.
+# `${NAME}` in it is replaced by that environment variable's value (percent-encoded): a password
+# kept out of the config file (Snakemake's report embeds config files), e.g.
+# https://user:${MY_PASSWORD}@host/v1.
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 

@@ -90,6 +90,8 @@ def render_markdown() -> str:
         "Generated from `rewardprof.core.config` and each built-in environment's `Options` model",
         "(`rewardprof schema --markdown`); the JSON schema of the config is `rewardprof schema`.",
         "Unknown keys, also in an entry's `options`, are rejected with the nearest valid key.",
+        'Values are never converted: `num_repeats: "4"` or `num_repeats: true` is an error naming',
+        "the key (an int is accepted where a float is expected).",
         "",
     ]
     # the options of each environment follow the entries' own keys

@@ -74,6 +74,7 @@ ROLLOUT_SCHEMA = pa.schema(
 )
 
 COLUMN_NAMES = ROLLOUT_SCHEMA.names
+INT32_MAX = 2**31 - 1
 
 
 class TokensSource:
@@ -91,3 +92,33 @@ def conform(table: pa.Table) -> pa.Table:
     for f in missing:
         table = table.append_column(f, pa.nulls(table.num_rows, f.type))
     return table.select(COLUMN_NAMES).cast(ROLLOUT_SCHEMA)
+
+
+def record_problem(record: dict) -> str | None:
+    """Why `record` cannot be a row of ROLLOUT_SCHEMA, or None when it can: every value is null
+    or of its column's type (an int for an integer column, within its bit width; an int or
+    float for a float column; text that UTF-8 can hold for a string column). The journal
+    checks this before it writes a record, so a record that reached it is always writable as
+    a segment."""
+    for field in ROLLOUT_SCHEMA:
+        value = record.get(field.name)
+        if value is None:
+            continue
+        kind = field.type
+        if pa.types.is_string(kind):
+            if not isinstance(value, str):
+                return f"{field.name} is {type(value).__name__}, not a string"
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{field.name} is not valid Unicode (lone surrogate at {exc.start})"
+        elif isinstance(value, bool):  # an int subclass, never a count or a reward
+            return f"{field.name} is bool, not a number"
+        elif pa.types.is_integer(kind):
+            if not isinstance(value, int):
+                return f"{field.name} is {type(value).__name__}, not an integer"
+            if not -(2 ** (kind.bit_width - 1)) <= value < 2 ** (kind.bit_width - 1):
+                return f"{field.name} is {value}, outside {kind}"
+        elif not isinstance(value, (int, float)):
+            return f"{field.name} is {type(value).__name__}, not a number"
+    return None

@@ -2,15 +2,15 @@
 
 One `complete()` call asks for `n` samples with seed `s` (vLLM gives choice j the seed s + j, so
 a rollout's text depends only on its own seed, whichever request it came from). Transient
-errors (connection, timeout, 5xx, 429, malformed body) are retried with exponential backoff and
-jitter, honouring Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors
-(context length, other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server
-that returns fewer choices than asked is asked again, at once, for the missing ones only.
+errors (connection, timeout, 5xx, 429, a reply that does not validate into the record's types:
+`rewardprof.engine.reply`) are retried with exponential backoff and jitter, honouring
+Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
+other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server that returns
+fewer choices than asked is asked again, at once, for the missing ones only.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -19,17 +19,16 @@ from typing import Any
 import aiohttp
 
 from rewardprof.core.config import Rollout
-from rewardprof.core.schemas import FailureKind, TokensSource
-from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, redact, with_retries
-
-
-@dataclass
-class Choice:
-    index: int  # 0..n-1 within the original request
-    text: str
-    finish_reason: str | None
-    completion_tokens: int | None
-    tokens_source: str | None = None  # a TokensSource: how completion_tokens was counted
+from rewardprof.core.schemas import FailureKind
+from rewardprof.engine.http_retry import (
+    AttemptError,
+    RetryPolicy,
+    bearer_url,
+    post_json,
+    redact,
+    with_retries,
+)
+from rewardprof.engine.reply import Choice, parse_choices
 
 
 @dataclass
@@ -40,52 +39,6 @@ class ChatResult:
     latency_s: float = 0.0
     failure: str | None = None  # a FailureKind when some choices are missing for good
     detail: str | None = None
-
-
-def _parse_choices(payload: Any, n: int) -> tuple[list[Choice], int | None]:
-    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
-        raise AttemptError(FailureKind.ENGINE_ERROR, "response has no 'choices' list", True)
-    usage = payload.get("usage") or {}
-    raw = payload["choices"]
-    choices: list[Choice] = []
-    for pos, c in enumerate(raw):
-        msg = c.get("message") if isinstance(c, dict) else None
-        if not isinstance(msg, dict):
-            raise AttemptError(FailureKind.ENGINE_ERROR, "choice without a message", True)
-        index = c.get("index", pos)
-        if not isinstance(index, int) or not 0 <= index < n:
-            raise AttemptError(
-                FailureKind.ENGINE_ERROR, f"choice index {index!r} out of range", True
-            )
-        ids = c.get("token_ids")
-        tokens, source = (len(ids), TokensSource.ENGINE) if isinstance(ids, list) else (None, None)
-        choices.append(
-            Choice(index, msg.get("content") or "", c.get("finish_reason"), tokens, source)
-        )
-    total = usage.get("completion_tokens")
-    unknown = [c for c in choices if c.completion_tokens is None]
-    if unknown and isinstance(total, int):
-        known = sum(c.completion_tokens or 0 for c in choices)
-        if len(unknown) == 1:  # the only sample without ids: exactly what usage has left
-            unknown[0].completion_tokens = max(0, total - known)
-            unknown[0].tokens_source = TokensSource.USAGE
-        else:
-            # The fallback when the server sent no token_ids (engine.return_token_ids): the
-            # API reports one sum for n samples, split here by text length. An estimate that
-            # depends on how rollouts were batched into requests; labeled as such.
-            # Largest remainders: the shares add up to the request's total.
-            chars = sum(len(c.text) for c in unknown) or len(unknown)
-            exact = [
-                max(0, total - known) * (len(c.text) or chars / len(unknown)) / chars
-                for c in unknown
-            ]
-            counts = [int(x) for x in exact]
-            by_rest = sorted(range(len(unknown)), key=lambda i: counts[i] - exact[i])
-            for i in by_rest[: max(0, total - known) - sum(counts)]:
-                counts[i] += 1
-            for c, count in zip(unknown, counts, strict=True):
-                c.completion_tokens, c.tokens_source = count, TokensSource.APPORTIONED
-    return choices, usage.get("prompt_tokens")
 
 
 class ChatClient:
@@ -102,6 +55,7 @@ class ChatClient:
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+            self.url = bearer_url(self.url)
         self._secret = api_key
         self.settings = settings
         self.policy = RetryPolicy(
@@ -113,7 +67,7 @@ class ChatClient:
         self.rng = rng or random.Random()
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        text = await post_json(
+        return await post_json(
             self.session,
             self.url,
             body,
@@ -121,12 +75,6 @@ class ChatClient:
             self.headers,
             secret=self._secret,
         )
-        try:
-            return json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise AttemptError(
-                FailureKind.ENGINE_ERROR, "malformed JSON in response body", True
-            ) from None
 
     async def complete(self, body: dict[str, Any]) -> ChatResult:
         """Ask for body['n'] samples; return every choice received, plus a failure if some
@@ -146,7 +94,7 @@ class ChatClient:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
             payload = await self._post(req)
-            choices, prompt_tokens = _parse_choices(payload, n - first)
+            choices, prompt_tokens = parse_choices(payload, n - first)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens
             got = {first + c.index: c for c in choices}

@@ -1,8 +1,8 @@
 """The one retry core of rewardprof's OpenAI-compatible HTTP clients: the rollout client
 (`rewardprof.engine.client`) and the judge (`rewardprof.environments.judge`).
 
-What is transient: no response within the timeout, a connection error, HTTP 408, 429 and 5xx
-(and whatever a client finds transient in a 200, e.g. a malformed body); any other status fails
+What is transient: no response within the timeout, a connection error, HTTP 408, 429 and 5xx,
+and a 200 whose body is not UTF-8 JSON or that a client finds invalid; any other status fails
 at once (`status_error`). The wait before retrying after attempt n is
 min(backoff_max_s, backoff_initial_s * 2^(n-1)) times a jitter in [0.5, 1.5), and never shorter
 than the server's Retry-After (delta-seconds or an HTTP date). A request gives up after
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import math
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -87,6 +89,28 @@ def status_error(status: int, text: str, headers: Mapping[str, str]) -> AttemptE
     return AttemptError(FailureKind.REQUEST_ERROR, detail, False)
 
 
+def invalid_reply(what: str) -> AttemptError:
+    """A 200 answer that does not validate: an engine_error, retried like a 5xx."""
+    return AttemptError(FailureKind.ENGINE_ERROR, f"invalid reply: {what}", True)
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The JSON value of a 200 answer's body (RFC 8259: UTF-8). Not UTF-8, not JSON, or nested
+    too deep for the parser (RecursionError): `invalid_reply`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid_reply(
+            f"body is not UTF-8 (byte 0x{raw[exc.start]:02x} at {exc.start})"
+        ) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise invalid_reply("body JSON is nested too deep") from None
+    except ValueError as exc:  # JSONDecodeError, and an integer of more than 4300 digits
+        raise invalid_reply(f"malformed JSON in body ({str(exc).splitlines()[0][:80]})") from None
+
+
 async def post_json(
     session: aiohttp.ClientSession,
     url: str,
@@ -94,19 +118,20 @@ async def post_json(
     timeout_s: float,
     headers: Mapping[str, str] | None = None,
     secret: str | None = None,
-) -> str:
-    """POST `body` as JSON; the body text of a 200 answer. Anything else is an AttemptError: a
-    status as `status_error` classifies it (`secret` redacted from the text first), no answer
-    within `timeout_s` a timeout, a broken connection a connection_error."""
+) -> Any:
+    """POST `body` as JSON; the JSON value of a 200 answer (`parse_json_body`). Anything else
+    is an AttemptError: a status as `status_error` classifies it (its body read as UTF-8 with
+    bad bytes replaced, as a proxy's error page may be anything; `secret` redacted from the
+    text), no answer within `timeout_s` a timeout, a broken connection a connection_error."""
     try:
         async with session.post(
             url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
-            text = await resp.text()
+            raw = await resp.read()
             if resp.status != 200:
+                text = raw.decode("utf-8", "replace")
                 # redact before the detail is cut to length: no partial key survives
                 raise status_error(resp.status, redact(text, secret), resp.headers)
-            return text
     except TimeoutError:  # before OSError: a TimeoutError is an OSError too
         raise AttemptError(
             FailureKind.TIMEOUT, f"no response within {timeout_s:g}s", True
@@ -115,6 +140,17 @@ async def post_json(
         raise AttemptError(
             FailureKind.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"[:200], True
         ) from None
+    return parse_json_body(raw)
+
+
+def bearer_url(url: str) -> str:
+    """`url` without its user:password@, for requests that carry a bearer key: aiohttp refuses
+    both at once (a ValueError on every request), and the key is what the server reads, as in
+    the preflight check (rewardprof.engine.preflight)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def redact(text: str, secret: str | None) -> str:

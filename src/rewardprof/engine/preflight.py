@@ -8,8 +8,8 @@
   dry run) when rollout jobs are due, and `rewardprof rollout` runs it before generating.
 
 Messages never contain the API key, and a URL's user:password part is masked. The key
-(`api_key_from_env`) and the masked URL (`public_url`) are also what rewardprof.engine.session
-puts into an Endpoint: session imports them from here, never the other way round.
+(`api_key_from_env`) and the masked URL (`public_url`, from rewardprof.core.redaction) are also
+what rewardprof.engine.session puts into an Endpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from rewardprof.core.config import Config, ConfigError, GeneratorSource
+from rewardprof.core.redaction import public_url
 
 
 class EndpointUnavailable(ConfigError):
@@ -38,17 +39,6 @@ def api_key_from_env(cfg: Config) -> str | None:
     if not value:
         raise ConfigError(f"engine.api_key_env: environment variable {name} is not set")
     return value
-
-
-def public_url(url: str) -> str:
-    """The URL with any user:password masked (safe for logs and messages)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def check_sources(cfg: Config, base_dir: str | Path | None = None) -> None:

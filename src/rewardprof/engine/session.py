@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewardprof.core.config import Config
-from rewardprof.engine.preflight import api_key_from_env, check_endpoint, public_url
+from rewardprof.core.redaction import public_url
+from rewardprof.engine.preflight import api_key_from_env, check_endpoint
 from rewardprof.engine.server import EngineError, serve
 
 __all__ = ["Endpoint", "EngineError", "engine_session"]
@@ -28,8 +29,8 @@ class Endpoint:
     api_key: str | None = None
     identity: str = "endpoint"  # engine id recorded on every rollout (never the key)
 
-    def __repr__(self) -> str:  # keep the key out of logs and tracebacks
-        return f"Endpoint(base_url={self.base_url!r}, model={self.model!r})"
+    def __repr__(self) -> str:  # keep the key and a URL's password out of logs and tracebacks
+        return f"Endpoint(base_url={public_url(self.base_url)!r}, model={self.model!r})"
 
 
 @contextmanager

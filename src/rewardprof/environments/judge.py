@@ -24,7 +24,13 @@ import aiohttp
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import FailureKind
-from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, with_retries
+from rewardprof.engine.http_retry import (
+    AttemptError,
+    RetryPolicy,
+    bearer_url,
+    post_json,
+    with_retries,
+)
 from rewardprof.environments.options import JudgeOptions
 
 
@@ -81,6 +87,8 @@ class JudgeClient:
         if key_env and not self._api_key:
             raise JudgeError(f"environment variable {key_env} (the judge's API key) is not set")
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        if self._api_key:
+            self.url = bearer_url(self.url)
         return aiohttp.ClientSession(
             headers=headers, connector=aiohttp.TCPConnector(limit=self.options.concurrency)
         )
@@ -106,14 +114,14 @@ class JudgeClient:
             await asyncio.sleep(wait)
         self.stats["requests"] += 1
         try:
-            text = await post_json(
+            payload = await post_json(
                 session, self.url, body, self.options.request_timeout_s, secret=self._api_key
             )
         except AttemptError as exc:
             if exc.kind == FailureKind.RATE_LIMITED:
                 self.stats["rate_limited"] += 1
             raise
-        return self._content(text)
+        return self._content(payload)
 
     def _on_retry(self, error: AttemptError, wait: float) -> None:
         self.stats["retries"] += 1
@@ -121,11 +129,12 @@ class JudgeClient:
             self._pause_until = max(self._pause_until, time.monotonic() + error.retry_after)
 
     @staticmethod
-    def _content(text: str) -> str:
+    def _content(payload: Any) -> str:
         try:
-            content = json.loads(text)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise JudgeError(f"malformed judge response: {text[:200]}") from None
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            # the reply is not quoted: it is the server's text, and may hold anything
+            raise JudgeError("malformed judge response: no choices[0].message.content") from None
         if not isinstance(content, str):
             raise JudgeError("judge response has no text content")
         return content

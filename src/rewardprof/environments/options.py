@@ -39,7 +39,8 @@ class JudgeOptions(EnvironmentOptions, RetryOptions):
     """A judge model on its own OpenAI-compatible endpoint (llm_judge, math's fallback)."""
 
     base_url: HttpUrl
-    """The judge's endpoint, e.g. http://127.0.0.1:8001/v1."""
+    """The judge's endpoint, e.g. http://127.0.0.1:8001/v1 (`${NAME}` is replaced by that
+    environment variable, as in engine.base_url)."""
     model: str = Field(min_length=1)
     """Model name sent in the judge's requests."""
     api_key_env: str | None = None

@@ -23,6 +23,8 @@ may instead decide per request (return a fault string or None). Fault strings:
     fewer                      one choice fewer than asked
     length                     every choice ends with finish_reason "length"
     context_length             HTTP 400 "maximum context length" (deterministic: never retry)
+    content_list, usage_str, not_utf8, deep_json, ...
+                               a malformed reply: rewardprof.testing.hostile_replies
 
 A gate holds answers until a test says so (kill tests: an attempt that needs the held answers
 cannot finish before it is killed, however fast the machine):
@@ -38,7 +40,8 @@ Only requests about to be answered pass the gate: a request answered with a faul
 does not count, so retries cannot use up the served answers.
 
 `api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
-`echo_key=True` the 401 body quotes the key it got, like some providers do). `request_times`
+`echo_key=True` the 401 body quotes the key it got, like some providers do); `basic_auth=
+(user, password)` demands HTTP Basic auth instead (a base URL with user:password). `request_times`
 holds the monotonic arrival time of every chat request (to check backoff and Retry-After).
 """
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import email.utils
 import json
@@ -58,6 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from rewardprof.testing.hostile_replies import MANGLE, RAW
 
 AnswerFn = Callable[[str, int | None], str]
 
@@ -79,11 +85,16 @@ class FakeOpenAI:
         return_token_ids: bool = True,
         api_key: str | None = None,
         echo_key: bool = False,
+        basic_auth: tuple[str, str] | None = None,
     ):
         self.answer, self.model, self.host, self.port = answer, model, host, port
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
         self.api_key, self.echo_key = api_key, echo_key
+        self.expected_auth = f"Bearer {api_key}" if api_key is not None else None
+        if basic_auth is not None:
+            pair = base64.b64encode(":".join(basic_auth).encode()).decode()
+            self.expected_auth = f"Basic {pair}"
         self.faults: deque[str] = deque()
         self.stats: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
@@ -204,10 +215,10 @@ class FakeOpenAI:
         return web.Response(text="ok")
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
-        if self.api_key is None:
+        if self.expected_auth is None:
             return None
         got = request.headers.get("Authorization", "")
-        if got == f"Bearer {self.api_key}":
+        if got == self.expected_auth:
             with self._lock:
                 self.stats["auth_ok"] += 1
             return None
@@ -281,7 +292,7 @@ class FakeOpenAI:
         with self._lock:
             self.stats["ok_requests"] += 1
             self.stats["ok_choices"] += len(choices)
-        return {
+        payload = {
             "id": f"cmpl-{time.monotonic_ns()}",
             "object": "chat.completion",
             "model": self.model,
@@ -292,6 +303,9 @@ class FakeOpenAI:
                 "total_tokens": total + len(prompt.split()),
             },
         }
+        if fault in MANGLE:
+            MANGLE[fault](payload)
+        return payload
 
     async def _fault(self, fault: str, request: web.Request, body: dict):
         kind, _, arg = fault.partition(":")
@@ -332,7 +346,10 @@ class FakeOpenAI:
             for task in pending:
                 task.cancel()
             return None  # then served normally
-        if kind in ("fewer", "length"):
+        if kind in RAW:
+            status, content_type, raw = RAW[kind]
+            return web.Response(status=status, body=raw, content_type=content_type)
+        if kind in ("fewer", "length") or kind in MANGLE:
             return None  # served normally, shaped in _completion
         raise ValueError(f"unknown fault {fault!r}")
 

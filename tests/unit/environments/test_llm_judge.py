@@ -78,15 +78,17 @@ def test_server_errors_are_retried_then_recovered():
     ("item", "detail"),
     [
         ((400, {}, "bad request"), "rejected"),
-        ((200, {"Content-Type": "application/json"}, "{not json"), "malformed"),
+        # a body that is not JSON is retried like a 5xx; when it stays so: a judge_error
+        ((200, {"Content-Type": "application/json"}, "{not json"), "invalid reply: malformed"),
+        ((200, {}, '{"choices": []}'), "malformed judge response"),
         ("The answer looks fine to me.", "no verdict"),
         ("VERDICT: MAYBE", "no verdict"),
     ],
 )
 def test_judge_garbage_is_a_judge_error_not_a_wrong_answer(item, detail):
     judge = FakeJudge()
-    judge.script.append(item)
-    (verdict,), _ = run(judged(judge, ["x"]))
+    judge.script.extend([item] * 2)
+    (verdict,), _ = run(judged(judge, ["x"], max_attempts=2))
     assert verdict.status == "judge_error" and verdict.reward is None
     assert detail in verdict.detail
 

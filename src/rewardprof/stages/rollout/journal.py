@@ -9,6 +9,12 @@ columns plus the short tails: completion text is never parsed to resume.
 Files: `<writer>.<seq>.parquet` (segments) and `<writer>.<seq>.jsonl` (tails), where writer is
 `s<i>of<N>-<time>-<pid>`. A crash between writing a segment and deleting its tail leaves both;
 readers dedupe on (task_index, rollout_index).
+
+Only records that fit ROLLOUT_SCHEMA are ever written (`JournalWriter.append` refuses others),
+so a segment can always be compacted. A tail with a complete line that does not fit (written by
+an older version, or damaged) is quarantined when it is scanned: its valid records become the
+segment of the same name, the tail is moved to `quarantine/` with a warning naming it, and the
+rollouts it held are generated again. A bad file never fails the next run.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -30,7 +37,16 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import COLUMN_NAMES, KEY_COLUMNS, ROLLOUT_SCHEMA, conform
+from rewardprof.core.schemas import (
+    COLUMN_NAMES,
+    KEY_COLUMNS,
+    ROLLOUT_SCHEMA,
+    conform,
+    record_problem,
+)
+
+log = logging.getLogger("rewardprof.stages.rollout.journal")
+QUARANTINE = "quarantine"  # subdirectory for files that do not parse into the schema
 
 
 class JournalLocked(RewardprofError, RuntimeError):
@@ -109,6 +125,9 @@ class JournalWriter:
         return self._path("jsonl").open("a", encoding="utf-8")
 
     def append(self, record: dict[str, Any]) -> None:
+        problem = record_problem(record)
+        if problem is not None:  # a bug upstream; nothing is written, the journal stays sound
+            raise ValueError(f"journal record does not fit the rollout schema: {problem}")
         # One write of one complete line, then flush: a kill tears at most this line.
         self._tail.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._tail.flush()
@@ -156,17 +175,27 @@ class JournalScan:
     sources: list[Path]  # a segment (.parquet) or a tail (.jsonl), re-read for full records
     torn_lines: int = 0
     bad_files: int = 0
+    quarantined: int = 0  # tails moved aside by this scan (they did not fit the schema)
+
+
+class _TailMismatch(ValueError):
+    """A complete line of a tail does not fit ROLLOUT_SCHEMA."""
+
+    def __init__(self, valid: pa.Table, bad: int, first: str):
+        super().__init__(first)
+        self.valid, self.bad, self.first_problem = valid, bad, first
 
 
 def _read_tail(path: Path, columns: list[str] = COLUMN_NAMES) -> tuple[pa.Table, int]:
-    """The tail's complete records (`columns` of them), and how many lines were torn."""
+    """The tail's complete records (`columns` of them), and how many lines were torn.
+    _TailMismatch when a complete line is a JSON object that does not fit the schema."""
     with path.open("rb") as f:
         data = f.read()
     schema = pa.schema([ROLLOUT_SCHEMA.field(c) for c in columns])
     # Fast path: Arrow's JSON reader over the complete lines (~10x json.loads per line; a
-    # 20k-record tail is part of every resume). Fields not in `columns` are skipped, not built:
-    # at resume only the key columns are read, not the completion text. Any bad line in
-    # there: the line-by-line path (it keeps the same rows, so row numbers agree either way).
+    # 20k-record tail is part of every resume), every column parsed, so a value of the wrong
+    # type is found now and not when the records are read. Any bad line in there: the
+    # line-by-line path (it keeps the same rows, so row numbers agree either way).
     cut = data.rfind(b"\n") + 1
     if cut:
         try:
@@ -174,21 +203,26 @@ def _read_tail(path: Path, columns: list[str] = COLUMN_NAMES) -> tuple[pa.Table,
                 pa.BufferReader(data[:cut]),
                 read_options=pa_json.ReadOptions(block_size=max(1 << 20, cut)),
                 parse_options=pa_json.ParseOptions(
-                    explicit_schema=schema, unexpected_field_behavior="ignore"
+                    explicit_schema=ROLLOUT_SCHEMA, unexpected_field_behavior="ignore"
                 ),
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             pass
         else:
-            rest, torn = _read_lines(data[cut:].split(b"\n"), schema)
+            try:  # the last line, without its newline: torn, or whole but never ended
+                rest, torn = _read_lines(data[cut:].split(b"\n"))
+            except _TailMismatch as exc:
+                valid = pa.concat_tables([table, exc.valid])
+                raise _TailMismatch(valid, exc.bad, exc.first_problem) from None
             if rest.num_rows:
                 table = pa.concat_tables([table, rest])
             return table.select(columns).cast(schema), torn
-    return _read_lines(data.split(b"\n"), schema)
+    table, torn = _read_lines(data.split(b"\n"))
+    return table.select(columns), torn
 
 
-def _read_lines(lines: list[bytes], schema: pa.Schema) -> tuple[pa.Table, int]:
-    rows, torn = [], 0
+def _read_lines(lines: list[bytes]) -> tuple[pa.Table, int]:
+    rows, torn, bad, first = [], 0, 0, ""
     for raw in lines:
         if not raw.strip():
             continue
@@ -196,13 +230,21 @@ def _read_lines(lines: list[bytes], schema: pa.Schema) -> tuple[pa.Table, int]:
             rec = json.loads(raw)
             if not isinstance(rec, dict):
                 raise ValueError("not an object")
-        except ValueError:
+        except (ValueError, RecursionError):
             torn += 1  # a torn last line after a kill is expected; anything else is counted
+            continue
+        problem = record_problem(rec)
+        if problem is not None:
+            bad += 1
+            first = first or problem
             continue
         rows.append(rec)
     # column-wise (from_pylist is ~5x slower): a 20k-record tail is part of every resume
-    cols = {k: [r.get(k) for r in rows] for k in schema.names}
-    return pa.Table.from_pydict(cols, schema=schema), torn
+    cols = {k: [r.get(k) for r in rows] for k in COLUMN_NAMES}
+    table = pa.Table.from_pydict(cols, schema=ROLLOUT_SCHEMA)
+    if bad:
+        raise _TailMismatch(table, bad, first)
+    return table, torn
 
 
 def journal_files(journal_dir: Path) -> Iterator[Path]:
@@ -213,13 +255,42 @@ def journal_files(journal_dir: Path) -> Iterator[Path]:
             yield p
 
 
-def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int] | None:
-    """(where the records live, their key columns or None if unreadable, torn lines); None
-    when the file is gone with nothing in its place."""
+def _quarantine(path: Path, exc: _TailMismatch) -> Path:
+    """Move a tail that does not fit the schema aside, its valid records kept as the segment of
+    the same name (unless a compaction wrote that already); the segment's path."""
+    segment = path.with_suffix(".parquet")
+    if not segment.exists():
+        tmp = segment.with_name(f".{segment.name}.{os.getpid()}.tmp")
+        pq.write_table(exc.valid, tmp, compression="zstd")
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, segment)
+    target = path.parent / QUARANTINE / path.name
+    target.parent.mkdir(exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):  # another scan moved it first
+        os.replace(path, target)
+        log.warning(
+            "%s: %d records do not fit the rollout schema (first: %s); moved to %s, its %d "
+            "valid records kept; the rollouts it held are generated again",
+            path,
+            exc.bad,
+            exc.first_problem,
+            target,
+            exc.valid.num_rows,
+        )
+    return segment
+
+
+def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int, bool] | None:
+    """(where the records live, their key columns or None if unreadable, torn lines, whether
+    the file was quarantined); None when the file is gone with nothing in its place."""
+    quarantined = False
     if path.suffix == ".jsonl":
         try:
             keys, torn = _read_tail(path, KEY_COLUMNS)
-            return path, keys, torn
+            return path, keys, torn, False
+        except _TailMismatch as exc:
+            path, quarantined = _quarantine(path, exc), True
         except FileNotFoundError:
             # Another shard's live writer compacted this tail since the listing: it wrote the
             # segment of the same name first, then deleted the tail. (No tail of this shard's
@@ -228,20 +299,21 @@ def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int] | None:
             if not path.exists():
                 return None  # an empty tail, closed
     try:
-        return path, pq.read_table(path, columns=KEY_COLUMNS), 0
+        return path, pq.read_table(path, columns=KEY_COLUMNS), 0, quarantined
     except Exception:  # a segment is renamed into place whole; unreadable = foreign
-        return path, None, 0
+        return path, None, 0, quarantined
 
 
 def scan_journal(journal_dir: Path) -> JournalScan:
     parts: list[pa.Table] = []
     sources: list[Path] = []
-    torn = bad = 0
+    torn = bad = quarantined = 0
     # Files are read by a few threads (Arrow releases the GIL): the journal directory is
     # shared by all shards, so a resuming shard reads every shard's key columns.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         scanned = list(pool.map(_scan_file, journal_files(journal_dir)))
-    for path, t, n_torn in filter(None, scanned):
+    for path, t, n_torn, moved in filter(None, scanned):
+        quarantined += moved
         if t is None:
             bad += 1
             continue
@@ -260,7 +332,7 @@ def scan_journal(journal_dir: Path) -> JournalScan:
         keys = empty.append_column("_src", pa.array([], pa.int32())).append_column(
             "_row", pa.array([], pa.int64())
         )
-    return JournalScan(keys, sources, torn, bad)
+    return JournalScan(keys, sources, torn, bad, quarantined)
 
 
 def _read_source(path: Path) -> pa.Table:

@@ -37,6 +37,7 @@ from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress
+from rewardprof.stages.rollout.record import journal_record
 from rewardprof.stages.rollout.seeds import (
     SEED_SCHEME,
     gen_key,
@@ -205,6 +206,7 @@ class ShardRun:
                     finished_at=time.time(),
                 )
                 tokens += choice.completion_tokens or 0
+            rec = journal_record(rec)  # secrets masked; a field that does not fit: a failure
             failed += rec["status"] != OK
             self.counts[rec["status"]] += 1
             writer.append(rec)

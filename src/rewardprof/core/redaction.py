@@ -1,0 +1,160 @@
+"""Every secret the config names, and the one path that keeps them out of what rewardprof writes.
+
+The config holds no key itself: it names environment variables (`engine.api_key_env`, a judge's
+`api_key_env` in an entry's options) whose values are keys. A URL may carry `user:password@`
+(`engine.base_url`, a judge's `base_url`). `config_secrets` collects all of them from a config;
+`install` makes them the process's secrets, and `redact` replaces each (also as JSON escapes
+it and as a URL percent-decodes it) with [REDACTED]. `redact` is applied to every string field
+of a rollout record (stages/rollout/record.py), to every log line (`RedactingFilter`, installed
+by cli.py) and to the error lines cli.py prints.
+
+URL passwords must not reach Snakemake at all (a rule's params end up in its printed command
+and in .snakemake/metadata): `masked_urls` gives the config a rule passes on, each URL's
+`user:password@` masked, and `url_credentials_env` the variable that carries the real URLs to the
+job, which `unmask_urls` puts back (cli.py, when a stage reads its config).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+from rewardprof.core.errors import ConfigError
+
+MASK = "[REDACTED]"
+# Carries {masked URL: real URL} from the Snakemake process to the jobs it starts (they inherit
+# its environment; a Slurm job's Snakemake parses the Snakefile and sets it again).
+URL_CREDENTIALS_ENV = "REWARDPROF_URL_CREDENTIALS"
+_MIN_LENGTH = 4  # shorter values would mask common words; no real key or password is this short
+
+_active: tuple[str, ...] = ()
+
+
+def public_url(url: str) -> str:
+    """The URL with any user:password masked (safe for logs, records and Snakemake)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def _walk(data: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) of every mapping entry in nested dicts and lists."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield str(k), v
+            yield from _walk(v, str(k))
+    elif isinstance(data, list):
+        for v in data:
+            yield from _walk(v, key)
+
+
+def config_secrets(data: dict[str, Any]) -> list[str]:
+    """The secret values a config (as a dict) names: the value of every variable an
+    `api_key_env` names (where set), and the userinfo and password of every `base_url`."""
+    found: set[str] = set()
+    for key, value in _walk(data):
+        if not isinstance(value, str):
+            continue
+        if key == "api_key_env" and os.environ.get(value):
+            found.add(os.environ[value])
+        elif key == "base_url":
+            parts = urllib.parse.urlsplit(value)
+            if parts.password:
+                userinfo = parts.netloc.rpartition("@")[0]
+                found |= {userinfo, parts.password, urllib.parse.unquote(parts.password)}
+    return sorted((s for s in found if len(s) >= _MIN_LENGTH), key=len, reverse=True)
+
+
+def install(secrets: list[str]) -> None:
+    """Add `secrets` to what `redact` masks in this process."""
+    global _active
+    _active = tuple(sorted(set(_active) | set(_forms(secrets)), key=len, reverse=True))
+
+
+def _forms(secrets: list[str]) -> tuple[str, ...]:
+    """Each secret as written and as JSON text holds it, the longest first (no half-masking)."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if len(secret) >= _MIN_LENGTH:
+            forms |= {
+                secret,
+                json.dumps(secret, ensure_ascii=False)[1:-1],
+                json.dumps(secret)[1:-1],
+            }
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """`text` with every installed secret (or each of `secrets`) replaced by [REDACTED]."""
+    for secret in _active if secrets is None else _forms(list(secrets)):
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Masks the installed secrets in every log record that passes a handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _active:
+            message = record.getMessage()
+            clean = redact(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+        return True
+
+
+def _urls(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every mapping of `data` that has a string `base_url`."""
+    if isinstance(data, dict):
+        if isinstance(data.get("base_url"), str):
+            yield data
+        for v in data.values():
+            yield from _urls(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from _urls(v)
+
+
+def masked_urls(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A copy of the config dict with each `base_url`'s user:password masked, and
+    {masked: real} for the URLs that had one."""
+    masked = json.loads(json.dumps(data))
+    real: dict[str, str] = {}
+    for holder in _urls(masked):
+        shown = public_url(holder["base_url"])
+        if shown != holder["base_url"]:
+            real[shown] = holder["base_url"]
+            holder["base_url"] = shown
+    return masked, real
+
+
+def unmask_urls(data: dict[str, Any]) -> dict[str, Any]:
+    """The config dict with each masked `base_url` restored from $REWARDPROF_URL_CREDENTIALS."""
+    masked = [h for h in _urls(data) if "***@" in h["base_url"]]
+    if not masked:
+        return data
+    try:
+        real = json.loads(os.environ.get(URL_CREDENTIALS_ENV) or "{}")
+    except ValueError:
+        real = {}
+    data = json.loads(json.dumps(data))
+    for holder in _urls(data):
+        url = holder["base_url"]
+        if "***@" in url:
+            if url not in real:
+                raise ConfigError(
+                    f"base_url {url}: its user:password was masked and ${URL_CREDENTIALS_ENV} "
+                    f"does not hold it; run the stage through snakemake, or give the config "
+                    f"with the full URL"
+                )
+            holder["base_url"] = real[url]
+    return data

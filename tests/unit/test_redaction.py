@@ -1,0 +1,152 @@
+"""One redaction path for every secret the config names: the keys behind `api_key_env` (the
+policy's and each judge's) and URL passwords; masked in records, log lines and printed errors,
+and URL passwords kept out of what Snakemake sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from rewardprof import cli
+from rewardprof.core import redaction
+from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.schemas import FailureKind
+from rewardprof.stages.rollout.record import journal_record
+
+POLICY_KEY = "sk-POLICY-SENTINEL-0123"
+JUDGE_KEY = 'sk-JUDGE-"quoted"-SENTINEL-4567'
+PASSWORD = "pa%40ss-SENTINEL"  # percent-encoded in the URL: "pa@ss-SENTINEL" on the wire
+
+
+@pytest.fixture
+def config(monkeypatch) -> dict:
+    monkeypatch.setenv("POLICY_KEY_VAR", POLICY_KEY)
+    monkeypatch.setenv("JUDGE_KEY_VAR", JUDGE_KEY)
+    monkeypatch.setattr(redaction, "_active", ())
+    judge = {
+        "base_url": f"http://judge:{PASSWORD}@127.0.0.1:9/v1",
+        "model": "j",
+        "api_key_env": "JUDGE_KEY_VAR",
+    }
+    return {
+        "entries": [
+            {"label": "j", "environment": "llm_judge", "source": "x.jsonl", "options": judge}
+        ],
+        "engine": {
+            "mode": "endpoint",
+            "base_url": f"https://user:{PASSWORD}@example.org:8443/v1",
+            "api_key_env": "POLICY_KEY_VAR",
+        },
+    }
+
+
+def test_config_secrets_are_every_key_and_url_password(config):
+    found = redaction.config_secrets(config)
+    for secret in (POLICY_KEY, JUDGE_KEY, PASSWORD, "pa@ss-SENTINEL", f"user:{PASSWORD}"):
+        assert secret in found
+    assert "user" not in found and "judge" not in found  # user names alone are not secrets
+
+
+def test_redact_masks_each_secret_also_as_json_text(config):
+    redaction.install(redaction.config_secrets(config))
+    text = f"401: bad key {POLICY_KEY}; body {json.dumps({'k': JUDGE_KEY})}; pw pa@ss-SENTINEL"
+    clean = redaction.redact(text)
+    assert "SENTINEL" not in clean
+    assert clean.count(redaction.MASK) == 3
+
+
+def test_rollout_record_strings_are_redacted(config):
+    redaction.install(redaction.config_secrets(config))
+    rec = {
+        "task_index": 0,
+        "rollout_index": 0,
+        "status": FailureKind.JUDGE_ERROR,
+        "error": f"judge rejected the request: HTTP 401: key {JUDGE_KEY!r}",
+        "extras": json.dumps({"judge_reply": f"your key is {JUDGE_KEY}"}),
+        "engine": f"endpoint:https://user:{PASSWORD}@example.org:8443/v1",
+        "latency_s": 0.5,
+    }
+    clean = journal_record(rec)
+    assert "SENTINEL" not in json.dumps(clean)
+    assert clean["status"] == FailureKind.JUDGE_ERROR and clean["latency_s"] == 0.5
+
+
+def test_a_verdict_that_does_not_fit_the_record_is_a_verifier_error():
+    rec = {"task_index": 0, "rollout_index": 0, "status": "ok", "reward": True, "extras": "{}"}
+    out = journal_record(rec)
+    assert out["status"] == FailureKind.VERIFIER_ERROR and out["reward"] is None
+    assert out["error"] == "the verdict does not fit the record: reward is bool, not a number"
+    out = journal_record(dict(rec, reward=1.0, extras='{"x": "\ud800"}'))
+    assert out["status"] == FailureKind.VERIFIER_ERROR
+    assert "extras is not valid Unicode" in out["error"]
+
+
+def test_log_lines_are_redacted(config, caplog):
+    redaction.install(redaction.config_secrets(config))
+    logger = logging.getLogger("rewardprof.test_redaction")
+    caplog.handler.addFilter(redaction.RedactingFilter())
+    logger.warning("request to %s failed with %s", config["engine"]["base_url"], POLICY_KEY)
+    assert caplog.records and "SENTINEL" not in caplog.text
+    assert "[REDACTED]" in caplog.text
+
+
+def test_config_errors_never_quote_a_password(config):
+    bad = dict(config, engine=dict(config["engine"], base_url=f"ftp://u:{PASSWORD}@h/v1"))
+    with pytest.raises(ConfigError) as info:
+        validate_config(bad)
+    assert (
+        "engine.base_url: must start with http:// or https:// (got 'ftp://[REDACTED]@h/v1')"
+        in str(info.value)
+    )
+    assert "SENTINEL" not in str(info.value)
+
+
+def test_masked_urls_round_trip_through_the_environment(config, monkeypatch):
+    public, real = redaction.masked_urls(config)
+    text = json.dumps(public)
+    assert "SENTINEL" not in text and "user" not in text
+    assert public["engine"]["base_url"] == "https://***@example.org:8443/v1"
+    assert public["entries"][0]["options"]["base_url"] == "http://***@127.0.0.1:9/v1"
+    # a job started without the variable says what is missing, naming no secret
+    monkeypatch.delenv(redaction.URL_CREDENTIALS_ENV, raising=False)
+    with pytest.raises(ConfigError, match=r"REWARDPROF_URL_CREDENTIALS does not hold it"):
+        redaction.unmask_urls(public)
+    monkeypatch.setenv(redaction.URL_CREDENTIALS_ENV, json.dumps(real))
+    assert redaction.unmask_urls(public) == config
+    assert redaction.unmask_urls(config) is config  # nothing masked: unchanged
+
+
+def test_stage_command_restores_urls_and_redacts_its_errors(config, monkeypatch, capsys):
+    """`rewardprof <stage> --config-json` as a rule runs it: the masked URL comes back from the
+    environment, and a failure's line names no secret."""
+    public, real = redaction.masked_urls(config)
+    monkeypatch.setenv(redaction.URL_CREDENTIALS_ENV, json.dumps(real))
+    cfg = cli._config(
+        cli.build_parser().parse_args(["validate", "--config-json", json.dumps(public)])
+    )
+    assert cfg.engine.base_url == config["engine"]["base_url"]
+    assert cfg.entries[0].options["base_url"] == config["entries"][0]["options"]["base_url"]
+    # the process now masks every secret that config names
+    assert "SENTINEL" not in redaction.redact(f"{POLICY_KEY} {JUDGE_KEY} {cfg.engine.base_url}")
+
+
+def test_url_password_from_an_environment_variable(monkeypatch):
+    """`${NAME}` in a base_url: the config file holds no password, the run uses it, and it is
+    one of the secrets redaction masks."""
+    monkeypatch.setattr(redaction, "_active", ())
+    monkeypatch.setenv("RP_URL_PW", "p@ss/SENTINEL")
+    data = {
+        "entries": [{"label": "m", "environment": "math", "source": "x.jsonl"}],
+        "engine": {"mode": "endpoint", "base_url": "https://u:${RP_URL_PW}@h:1/v1"},
+    }
+    cfg = validate_config(data)
+    assert cfg.engine.base_url == "https://u:p%40ss%2FSENTINEL@h:1/v1"
+    assert "p@ss/SENTINEL" in redaction.config_secrets(cfg.model_dump(mode="json"))
+    monkeypatch.delenv("RP_URL_PW")
+    with pytest.raises(ConfigError) as info:
+        validate_config(data)
+    assert "engine.base_url: environment variable RP_URL_PW (named in the URL) is not set" in str(
+        info.value
+    )
