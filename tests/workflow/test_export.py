@@ -98,13 +98,19 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     assert (a["tasks"], a["kept"], a["dropped"]) == (4, 1, 3)
     assert a["dropped_by"] == {
         "no_rollouts": 1,
+        "undecided_by_failures": 0,
         "all_fail": 1,
         "all_pass": 1,
         "below_min_pass_rate": 0,
         "above_max_pass_rate": 0,
         "low_grpo_signal": 0,
+        "low_expected_signal": 0,
+        "low_signal_probability": 0,
         "zero_target_share": 0,
     }
+    # every dropped task by its reason: a's tasks are 0-3 ("4 + 4" failed every rollout)
+    assert report["dropped_tasks"]["no_rollouts"] == [3]
+    assert report["dropped_tasks"]["all_pass"][0] == 0
     assert (b["tasks"], b["kept"], b["dropped"]) == (4, 2, 2)
     assert b["dropped_by"]["all_pass"] == 1 and b["dropped_by"]["all_fail"] == 1
     # target 50/50 over 3 kept tasks: a's one task weighs 1.5, b's two 0.75 each

@@ -83,7 +83,7 @@ def _columns(cfg: Config, table: pa.Table) -> dict[str, np.ndarray]:
     return cols
 
 
-def undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
+def _undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
     """Tasks whose keep/drop would differ under some outcome of their failed or missing
     rollouts (core/keep_rules.py, `decision_range`); False where nothing is unknown."""
     names = set(table.column_names)
@@ -108,7 +108,7 @@ def undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
 
 def drop_reasons(cfg: Config, table: pa.Table) -> np.ndarray:
     """Per task: -1 when kept, else the index in REASONS of the first rule that drops it."""
-    return rule_reasons(cfg.export, _columns(cfg, table), undecided_by_failures(cfg, table))
+    return rule_reasons(cfg.export, _columns(cfg, table), _undecided_by_failures(cfg, table))
 
 
 def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str, float], list]:
@@ -138,7 +138,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     out = paths.need("out")
     table = pq.read_table(paths.need("profile"))
     report = json.loads(paths.need("report").read_text())
-    undecided = undecided_by_failures(cfg, table)
+    undecided = _undecided_by_failures(cfg, table)
     reason = rule_reasons(cfg.export, _columns(cfg, table), undecided)
     ti = table.column("task_index").to_numpy()
     entry_rows, kept_per_label = [], {}
