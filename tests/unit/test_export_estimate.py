@@ -7,9 +7,11 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.posterior import MixturePrior
 from rewardprof.stages import StagePaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
-from rewardprof.tools.estimate import estimate, useful_fraction
+from rewardprof.tools.estimate import estimate
+from rewardprof.tools.estimate_signal import useful_at, useful_prediction
 
 
 def _cfg(export=None, entries=("a", "b"), **extra):
@@ -91,11 +93,53 @@ def test_export_config_checks():
         _cfg({"min_grpo_signl": 0.1})
 
 
-def test_useful_fraction_by_hand():
-    # p = 0.5, K = 2: 1 - 0.25 - 0.25 = 0.5; p = 0 and p = 1: 0; unscored: 0
-    assert useful_fraction([0.5, 0.0, 1.0, np.nan], 2) == pytest.approx(0.5 / 4)
-    assert useful_fraction([0.5], 8) == pytest.approx(1 - 2 / 256)
-    assert useful_fraction([], 8) is None
+def test_useful_fraction_from_the_prior_by_hand():
+    # Beta(1, 1): E[p^K] = 1 / (K + 1), so useful = 1 - 2 / (K + 1); point masses add nothing
+    assert useful_at(MixturePrior(0.0, 0.0, 1.0, 1.0), 2) == pytest.approx(1 / 3)
+    assert useful_at(MixturePrior(0.5, 0.25, 1.0, 1.0), 8) == pytest.approx(0.25 * (1 - 2 / 9))
+
+
+def test_estimate_on_an_all_fail_pilot_reports_an_interval():
+    # 12 tasks x 4 rollouts, all failed: the plug-in said "no useful task" (0 of 200,000, shown
+    # as ~1 after rounding); the data still allow a sizeable share of rarely solved tasks
+    pred = useful_prediction([(4, 0)] * 12, 8)
+    assert pred["useful_fraction"] < 1e-6 and pred["low"] < 1e-6
+    assert 0.15 < pred["high"] < 0.5
+    # more all-fail evidence narrows it
+    assert useful_prediction([(4, 0)] * 120, 8)["high"] < pred["high"] / 3
+    # and `estimate` reports it for 200,000 tasks at K = 8
+    pilot = {
+        "rollouts": 48,
+        "rollouts_per_gpu_hour": 480.0,
+        "gpu_hours": 0.1,
+        "startup_overhead_s": 0.0,
+        "labels": {
+            "a": {
+                "environment": "math",
+                "tasks": 12,
+                "num_repeats": 4,
+                "rollouts": 48,
+                "gpu_hours": 0.1,
+                "rollouts_per_gpu_hour": 480.0,
+                "counts": [(4, 0)] * 12,
+            }
+        },
+    }
+    target = validate_config(
+        {"entries": [{"label": "a", "environment": "math", "source": "x", "num_repeats": 8}]}
+    )
+    (row,) = estimate(pilot, target, gpus=1, tasks={"a": 200_000})["labels"]
+    assert row["useful_tasks"] < 1 and row["useful_tasks_high"] > 30_000
+
+
+def test_useful_interval_holds_the_truth_of_a_known_mix():
+    rng = np.random.default_rng(4)
+    p = rng.beta(2, 2, 400)
+    c = rng.binomial(8, p)
+    pred = useful_prediction([(8, int(x)) for x in c], 8)
+    truth = float(np.mean(1 - p**8 - (1 - p) ** 8))
+    assert pred["low"] <= truth <= pred["high"]
+    assert pred["high"] - pred["low"] < 0.2
 
 
 def test_estimate_arithmetic():
@@ -117,7 +161,7 @@ def test_estimate_arithmetic():
                 "rollouts": 100,
                 "gpu_hours": 1.0,
                 "rollouts_per_gpu_hour": 100.0,
-                "pass_rates": [0.5] * 25,
+                "counts": [(4, 2)] * 25,
             },
             "b": {
                 "environment": "mcq",
@@ -126,7 +170,7 @@ def test_estimate_arithmetic():
                 "rollouts": 200,
                 "gpu_hours": 0.5,
                 "rollouts_per_gpu_hour": 400.0,
-                "pass_rates": [1.0] * 50,
+                "counts": [(4, 4)] * 50,
             },
         },
     }
@@ -142,11 +186,16 @@ def test_estimate_arithmetic():
     res = estimate(pilot, target, gpus=4, tasks={"a": 1000, "c": 400})
     a, c = res["labels"]
     assert (a["basis"], a["rollouts"], a["gpu_hours"]) == ("label", 2000, 20.0)
-    assert a["useful_fraction"] == 0.5 and a["useful_tasks"] == 500
-    assert a["useful_tasks_per_gpu_hour"] == 25
+    # every pilot task of a at 2/4: the fitted prior concentrates near p = 0.5, where K = 2
+    # rollouts differ with probability 1/2
+    assert a["useful_fraction"] == pytest.approx(0.5, abs=0.02)
+    assert a["useful_fraction_low"] <= a["useful_fraction"] <= a["useful_fraction_high"]
+    assert a["useful_tasks"] == pytest.approx(1000 * a["useful_fraction"], abs=1)
+    # adaptive: every task settles after 2 rollouts or runs both: exact never costs more
+    assert a["gpu_hours_exact"] <= a["gpu_hours"]
     # c is not in the pilot: borrows b's rate through its environment
     assert (c["basis"], c["rollouts"], c["gpu_hours"]) == ("environment mcq", 3200, 8.0)
-    assert c["useful_fraction"] == 0.0
+    assert c["useful_fraction"] < 0.01  # b's tasks all passed
     tot = res["total"]
     assert tot["gpu_hours"] == 28.0 and tot["rollouts"] == 5200
     # 8 jobs on 4 engines: 2 waves of (28 h / 8 jobs + 0.1 h startup)

@@ -97,7 +97,8 @@ def log_likelihood(
     )
 
 
-def _grouped(n, c) -> tuple[list[tuple[int, int]], list[float]]:
+def grouped_counts(n, c) -> tuple[list[tuple[int, int]], list[float]]:
+    """The distinct (n, c) pairs with n > 0 and how many tasks have each."""
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     keep = n > 0
@@ -107,7 +108,9 @@ def _grouped(n, c) -> tuple[list[tuple[int, int]], list[float]]:
     return [(int(a), int(b)) for a, b in pairs], [float(k) for k in counts]
 
 
-def _from_theta(theta, tasks: int) -> MixturePrior:
+def prior_from_theta(theta, tasks: int = 0) -> MixturePrior:
+    """The prior of unconstrained parameters (logit w0, logit w1 against wb; log a; log b),
+    clipped to the fitted range."""
     t0, t1, la, lb = (float(v) for v in theta)
     t0, t1 = (min(max(t, -_BOUND_LOGIT), _BOUND_LOGIT) for t in (t0, t1))
     la, lb = (min(max(v, _BOUND_LOG_AB[0]), _BOUND_LOG_AB[1]) for v in (la, lb))
@@ -115,16 +118,27 @@ def _from_theta(theta, tasks: int) -> MixturePrior:
     return MixturePrior(math.exp(t0) / z, math.exp(t1) / z, math.exp(la), math.exp(lb), tasks)
 
 
+def theta_of(prior: MixturePrior) -> list[float]:
+    """The inverse of prior_from_theta (within its range)."""
+    wb = max(prior.wb, 1e-12)
+    return [
+        math.log(max(prior.w0, 1e-12) / wb),
+        math.log(max(prior.w1, 1e-12) / wb),
+        math.log(prior.a),
+        math.log(prior.b),
+    ]
+
+
 def fit_prior(n, c) -> MixturePrior:
     """Maximum-marginal-likelihood mixture prior from per-task (n, c) (tasks with n == 0 are
     ignored; none left: Jeffreys). Deterministic: a few fixed starts, Nelder-Mead from each."""
-    pairs, weights = _grouped(n, c)
+    pairs, weights = grouped_counts(n, c)
     if not pairs:
         return JEFFREYS
     tasks = int(sum(weights))
 
     def objective(theta) -> float:
-        return -log_likelihood(_from_theta(theta, tasks), pairs, weights)
+        return -log_likelihood(prior_from_theta(theta, tasks), pairs, weights)
 
     share0 = sum(w for (_, k), w in zip(pairs, weights, strict=True) if k == 0) / tasks
     share1 = sum(w for (m, k), w in zip(pairs, weights, strict=True) if k == m) / tasks
@@ -135,7 +149,7 @@ def fit_prior(n, c) -> MixturePrior:
         t0, t1 = math.log(max(w0, 1e-6) / wb), math.log(max(w1, 1e-6) / wb)
         starts += [[t0, t1, 0.0, 0.0], [t0, t1, math.log(0.5), math.log(0.5)]]
     best = min((nelder_mead(objective, s) for s in starts), key=objective)
-    return _from_theta(best, tasks)
+    return prior_from_theta(best, tasks)
 
 
 @dataclass(frozen=True)
