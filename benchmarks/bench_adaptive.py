@@ -11,6 +11,9 @@ variance, i.e. all-fail or all-pass at K):
 
 * fixed: all 16 rollouts, decision by the rules at K = 16
 * exact: rollouts in rounds (2, then 2 more at a time) until the decision at 16 is settled
+* for comparison, fixed K = 4 with the default rules, and with the uncertainty-aware rule
+  instead (export.min_signal_probability: 0.5, drop_all_fail/drop_all_pass off) under the
+  prior fitted on those 4 rollouts
 * bayes(delta): a first round of min_rollouts = 4 per task, the label's prior fitted on it
   (rewardprof.core.posterior.fit_prior, over all tasks), then 2 more at a time until
   P(decision at 16 differs) < delta; the recorded decision is the most likely one at 16
@@ -37,6 +40,7 @@ from rewardprof.core.adaptive import (
     bayes_stop,
     exact_stop,
     keep_at,
+    posterior_fn_for,
 )
 from rewardprof.core.config import Export
 from rewardprof.core.posterior import fit_prior
@@ -99,6 +103,24 @@ def simulate(name: str, tasks: int, seed: int) -> list[dict]:
     truth = (1 - p**GROUP_SIZE - (1 - p) ** GROUP_SIZE) >= 0.1
     fixed = keep_at(ex, K, passes.sum(axis=1), GROUP_SIZE)
     rows = [("fixed K=16", np.full(tasks, K), fixed)]
+    # for comparison, fixed K = 4: the default rules, and instead of them the uncertainty-aware
+    # rule (keep iff P(signal >= 0.1) >= 0.5) under the prior fitted on those 4 rollouts
+    first4 = passes[:, :4].sum(axis=1)
+    post = posterior_fn_for(
+        fit_prior(np.full(tasks, 4), first4),
+        level=0.95,
+        group_size=GROUP_SIZE,
+        signal_threshold=0.1,
+    )
+    rule = Export(min_signal_probability=0.5, drop_all_fail=False, drop_all_pass=False)
+    rows.append(("fixed K=4", np.full(tasks, 4), keep_at(ex, 4, first4, GROUP_SIZE)))
+    rows.append(
+        (
+            "fixed K=4, P(signal>=0.1)>=0.5",
+            np.full(tasks, 4),
+            keep_at(rule, 4, first4, GROUP_SIZE, posterior_fn=post),
+        )
+    )
     rows.append(
         (
             "exact",
