@@ -257,3 +257,50 @@ def test_export_files_written_in_slices(tmp_path, monkeypatch):
     # a row that already had the key gets it replaced, not duplicated
     assert b[1] == {"reward_profile": b[1]["reward_profile"]}
     assert b[1]["reward_profile"]["weight"] == 1.0
+
+
+def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
+    """The environment basis divided by per-label GPU-hours rounded to 6 decimals: a pilot of
+    a few seconds has labels of ~1e-6 h, so its borrowed rate was off by tens of percent."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from rewardprof.core.layout import RunLayout
+    from rewardprof.tools.estimate import measure_pilot
+
+    layout = RunLayout(tmp_path)
+    layout.materialize_report.parent.mkdir(parents=True)
+    entries = [
+        {"label": "a", "environment": "math", "start": 0, "end": 2, "num_repeats": 2},
+        {"label": "b", "environment": "math", "start": 2, "end": 4, "num_repeats": 2},
+    ]
+    layout.materialize_report.write_text(json.dumps({"entries": entries}))
+    # one writer, 0.01 s of generation: 8 rollouts, a's output 3x b's (+1 per rollout)
+    rollouts = pa.table(
+        {
+            "task_index": [0, 0, 1, 1, 2, 2, 3, 3],
+            "status": ["ok"] * 8,
+            "request_n": [2] * 8,
+            "latency_s": [0.01] * 8,
+            "started_at": [0.0] * 8,
+            "finished_at": [0.01] * 8,
+            "completion_tokens": [5, 5, 5, 5, 1, 1, 1, 1],
+            "writer": ["s0of1-x"] * 8,
+        }
+    )
+    pq.write_table(rollouts, layout.rollouts)
+    layout.profile_tasks.parent.mkdir(parents=True)
+    prof = pa.table(
+        {"label": ["a", "a", "b", "b"], "num_rollouts": [2] * 4, "num_passed": [1, 0, 2, 1]}
+    )
+    pq.write_table(prof, layout.profile_tasks)
+    pilot = measure_pilot(tmp_path)
+    hours = 0.01 / 3600
+    assert pilot["labels"]["a"]["gpu_hours"] == pytest.approx(hours * 24 / 32, rel=1e-12)
+    # a target label c of environment math borrows a and b together: 8 rollouts / all hours
+    target = validate_config(
+        {"entries": [{"label": "c", "environment": "math", "source": "x", "num_repeats": 2}]}
+    )
+    (c,) = estimate(pilot, target, gpus=1, tasks={"c": 10})["labels"]
+    assert c["rollouts_per_gpu_hour"] == pytest.approx(8 / hours, rel=1e-6)
