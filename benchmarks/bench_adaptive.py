@@ -43,7 +43,7 @@ from rewardprof.core.adaptive import (
     posterior_fn_for,
 )
 from rewardprof.core.config import Export
-from rewardprof.core.posterior import fit_prior
+from rewardprof.core.posterior import fit_prior, prior_as_posterior
 
 K = 16
 GROUP_SIZE = 8
@@ -55,9 +55,7 @@ DEFAULT_RUN_COUNTS = [0] * 24 + [1] * 4 + [2] + [4]
 
 def _default_run_shape(rng: np.random.Generator, size: int) -> np.ndarray:
     prior = fit_prior(np.full(len(DEFAULT_RUN_COUNTS), 4), np.array(DEFAULT_RUN_COUNTS))
-    u = rng.random(size)
-    beta = rng.beta(prior.a, prior.b, size)
-    return np.where(u < prior.w0, 0.0, np.where(u < prior.w0 + prior.w1, 1.0, beta))
+    return prior_as_posterior(prior).sample(rng, size)
 
 
 def _mix(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -152,9 +150,9 @@ def simulate(name: str, tasks: int, seed: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for flag, kind, default in (("--tasks", int, 20_000), ("--seed", int, 0)):
+        ap.add_argument(flag, type=kind, default=default)
     ap.add_argument("--small", action="store_true", help="smoke size (2,000 tasks), one line")
-    ap.add_argument("--tasks", type=int, default=20_000)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tasks = 2_000 if args.small else args.tasks
     t0 = time.perf_counter()

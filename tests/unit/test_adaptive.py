@@ -47,12 +47,7 @@ def test_flip_probability_matches_simulation():
         p_flip, keep = flip_probability(ex, PRIOR, n, c, k, 8)
         # draw p from the task's posterior, then the remaining rollouts
         post = posterior(PRIOR, n, c)
-        u = rng.random(200_000)
-        p = np.where(
-            u < post.pi0,
-            0.0,
-            np.where(u < post.pi0 + post.pi1, 1.0, rng.beta(post.alpha, post.beta, u.size)),
-        )
+        p = post.sample(rng, 200_000)
         finals = c + rng.binomial(k - n, p)
         keeps = keep_at(ex, k, finals, 8)
         assert p_flip == pytest.approx(np.mean(keeps != keep), abs=0.004)

@@ -93,6 +93,34 @@ def test_export_config_checks():
         _cfg({"min_grpo_signl": 0.1})
 
 
+def _pilot_label(env: str, tasks: int, rollouts: int, hours: float, counts) -> dict:
+    return {
+        "environment": env,
+        "tasks": tasks,
+        "num_repeats": 4,
+        "rollouts": rollouts,
+        "gpu_hours": hours,
+        "rollouts_per_gpu_hour": rollouts / hours,
+        "counts": counts,
+    }
+
+
+def _pilot(rollouts: int, gpu_hours: float, startup_overhead_s: float = 0.0, **labels) -> dict:
+    """A measured pilot as measure_pilot returns it (one job, 1 GPU per engine)."""
+    return {
+        "run_dir": "p",
+        "rollouts": rollouts,
+        "jobs": 1,
+        "engine_hours": gpu_hours,
+        "gpu_hours": gpu_hours,
+        "gpus_per_engine": 1,
+        "rollouts_per_gpu_hour": rollouts / gpu_hours,
+        "output_tokens_per_gpu_hour": 1.0,
+        "startup_overhead_s": startup_overhead_s,
+        "labels": labels,
+    }
+
+
 def test_useful_fraction_from_the_prior_by_hand():
     # Beta(1, 1): E[p^K] = 1 / (K + 1), so useful = 1 - 2 / (K + 1); point masses add nothing
     assert useful_at(MixturePrior(0.0, 0.0, 1.0, 1.0), 2) == pytest.approx(1 / 3)
@@ -108,23 +136,7 @@ def test_estimate_on_an_all_fail_pilot_reports_an_interval():
     # more all-fail evidence narrows it
     assert useful_prediction([(4, 0)] * 120, 8)["high"] < pred["high"] / 3
     # and `estimate` reports it for 200,000 tasks at K = 8
-    pilot = {
-        "rollouts": 48,
-        "rollouts_per_gpu_hour": 480.0,
-        "gpu_hours": 0.1,
-        "startup_overhead_s": 0.0,
-        "labels": {
-            "a": {
-                "environment": "math",
-                "tasks": 12,
-                "num_repeats": 4,
-                "rollouts": 48,
-                "gpu_hours": 0.1,
-                "rollouts_per_gpu_hour": 480.0,
-                "counts": [(4, 0)] * 12,
-            }
-        },
-    }
+    pilot = _pilot(rollouts=48, gpu_hours=0.1, a=_pilot_label("math", 12, 48, 0.1, [(4, 0)] * 12))
     target = validate_config(
         {"entries": [{"label": "a", "environment": "math", "source": "x", "num_repeats": 8}]}
     )
@@ -143,37 +155,13 @@ def test_useful_interval_holds_the_truth_of_a_known_mix():
 
 
 def test_estimate_arithmetic():
-    pilot = {
-        "run_dir": "p",
-        "rollouts": 300,
-        "jobs": 1,
-        "engine_hours": 1.5,
-        "gpu_hours": 1.5,
-        "gpus_per_engine": 1,
-        "rollouts_per_gpu_hour": 200.0,
-        "output_tokens_per_gpu_hour": 1.0,
-        "startup_overhead_s": 360.0,
-        "labels": {
-            "a": {
-                "environment": "math",
-                "tasks": 25,
-                "num_repeats": 4,
-                "rollouts": 100,
-                "gpu_hours": 1.0,
-                "rollouts_per_gpu_hour": 100.0,
-                "counts": [(4, 2)] * 25,
-            },
-            "b": {
-                "environment": "mcq",
-                "tasks": 50,
-                "num_repeats": 4,
-                "rollouts": 200,
-                "gpu_hours": 0.5,
-                "rollouts_per_gpu_hour": 400.0,
-                "counts": [(4, 4)] * 50,
-            },
-        },
-    }
+    pilot = _pilot(
+        rollouts=300,
+        gpu_hours=1.5,
+        startup_overhead_s=360.0,
+        a=_pilot_label("math", 25, 100, 1.0, [(4, 2)] * 25),
+        b=_pilot_label("mcq", 50, 200, 0.5, [(4, 4)] * 50),
+    )
     target = validate_config(
         {
             "num_shards": 8,

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import validate_config
-from rewardprof.core.keep_rules import REASONS, decision_range
+from rewardprof.core.keep_rules import REASONS, OpenTasks, decision_range
 from rewardprof.stages.export import drop_reasons
 from rewardprof.stages.profile import task_profile
 from rewardprof.stages.profile_summary import label_summary
@@ -115,7 +115,6 @@ def test_decision_range_of_a_partial_credit_task(rate_now, var_now):
         "has_variance": np.array([var_now]),
         "grpo_signal": np.array([0.9 if var_now else 0.0]),
     }
-    keep, drop = decision_range(
-        cfg.export, cols, np.array([0]), np.array([2]), np.array([False]), 8
-    )
+    open_tasks = OpenTasks(cols, np.array([0]), np.array([2]), np.array([False]))
+    keep, drop = decision_range(cfg.export, open_tasks, 8)
     assert bool(keep[0]) and bool(drop[0]) == (not var_now)

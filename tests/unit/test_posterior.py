@@ -22,10 +22,7 @@ PRIOR = MixturePrior(w0=0.3, w1=0.1, a=2.0, b=3.0)
 
 
 def _draw_p(prior: MixturePrior, rng: np.random.Generator, size: int) -> np.ndarray:
-    u = rng.random(size)
-    return np.where(
-        u < prior.w0, 0.0, np.where(u < prior.w0 + prior.w1, 1.0, rng.beta(prior.a, prior.b, size))
-    )
+    return prior_as_posterior(prior).sample(rng, size)
 
 
 @pytest.mark.parametrize(
@@ -95,21 +92,16 @@ def test_expected_signal_and_probability_match_monte_carlo():
     g, s = 8, 0.5
     for n, c in [(4, 0), (4, 1), (2, 2), (8, 3), (1, 0)]:
         post = posterior(PRIOR, n, c)
-        u = rng.random(400_000)
-        p = np.where(
-            u < post.pi0,
-            0.0,
-            np.where(u < post.pi0 + post.pi1, 1.0, rng.beta(post.alpha, post.beta, u.size)),
-        )
+        p = post.sample(rng, 400_000)
         signal = 1 - p**g - (1 - p) ** g
-        se = signal.std() / math.sqrt(u.size)
+        se = signal.std() / math.sqrt(p.size)
         assert post.expected_signal(g) == pytest.approx(signal.mean(), abs=5 * se + 1e-9)
         assert post.prob_signal_at_least(g, s) == pytest.approx((signal >= s).mean(), abs=0.004)
         assert post.mean() == pytest.approx(p.mean(), abs=0.003)
         m = 6
         x = rng.binomial(m, p)
         assert post.predictive(m) == pytest.approx(
-            np.bincount(x, minlength=m + 1) / u.size, abs=0.004
+            np.bincount(x, minlength=m + 1) / p.size, abs=0.004
         )
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rewardprof.core.keep_rules import KEEP, decision_range, drop_reasons
+from rewardprof.core.keep_rules import KEEP, OpenTasks, decision_range, drop_reasons
 from rewardprof.core.posterior import MixturePrior, posterior, posterior_columns
 
 MODES = ("off", "exact", "bayes")
@@ -79,9 +79,8 @@ def exact_stop(
     cols = binary_state_columns(n, c, group_size, label)
     if posterior_fn is not None:
         cols.update(posterior_fn(n, c))
-    can_keep, can_drop = decision_range(
-        ex, cols, c, num_repeats - n, np.ones(len(n), bool), group_size, posterior_fn
-    )
+    open_tasks = OpenTasks(cols, c, num_repeats - n, np.ones(len(n), bool))
+    can_keep, can_drop = decision_range(ex, open_tasks, group_size, posterior_fn)
     return can_keep != can_drop, can_keep & ~can_drop
 
 

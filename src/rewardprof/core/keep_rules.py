@@ -29,6 +29,7 @@ same enumeration with u = num_repeats - n is adaptive sampling's `exact` stoppin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -103,22 +104,29 @@ def _zero_share(cols: Columns, share: dict[str, float]) -> np.ndarray | None:
 PosteriorFn = Callable[[np.ndarray, np.ndarray], Mapping[str, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class OpenTasks:
+    """Tasks as they stand (the rules' columns, passes) with `unknown` rollouts still to come or
+    lost to failures; `binary`: the task's rewards are 0/1 (their completions are enumerable)."""
+
+    cols: Columns
+    num_passed: np.ndarray
+    unknown: np.ndarray
+    binary: np.ndarray
+
+
 def completions(
-    cols: Columns,
-    num_passed: np.ndarray,
-    unknown: np.ndarray,
-    binary: np.ndarray,
-    group_size: int,
-    posterior_fn: PosteriorFn | None = None,
+    tasks: OpenTasks, group_size: int, posterior_fn: PosteriorFn | None = None
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Every completion of every task's unknown rollouts: (owner task position per state, the
     states' columns). A task without unknowns has one state, itself. posterior_fn(n, c), if
     given, recomputes post_* columns for the completed counts; else they are carried over."""
+    cols = tasks.cols
     n = np.asarray(cols["num_rollouts"], dtype=np.int64)
-    c = np.asarray(num_passed, dtype=np.int64)
-    u = np.maximum(np.asarray(unknown, dtype=np.int64), 0)
+    c = np.asarray(tasks.num_passed, dtype=np.int64)
+    u = np.maximum(np.asarray(tasks.unknown, dtype=np.int64), 0)
     var = np.asarray(cols["has_variance"], dtype=bool)
-    binary = np.asarray(binary, dtype=bool)
+    binary = np.asarray(tasks.binary, dtype=bool)
     # binary tasks: j = 0..u more passes; other tasks also one "all equal to what was seen" state
     extra = (~binary & ~var & (u > 0)).astype(np.int64)
     per_task = u + 1 + extra
@@ -147,18 +155,12 @@ def completions(
 
 
 def decision_range(
-    ex,
-    cols: Columns,
-    num_passed: np.ndarray,
-    unknown: np.ndarray,
-    binary: np.ndarray,
-    group_size: int,
-    posterior_fn: PosteriorFn | None = None,
+    ex, tasks: OpenTasks, group_size: int, posterior_fn: PosteriorFn | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(can_keep, can_drop) per task over every completion of its unknown rollouts."""
-    owner, states = completions(cols, num_passed, unknown, binary, group_size, posterior_fn)
+    owner, states = completions(tasks, group_size, posterior_fn)
     keep = drop_reasons(ex, states) == KEEP
-    size = len(np.asarray(cols["num_rollouts"]))
+    size = len(np.asarray(tasks.cols["num_rollouts"]))
     can_keep = np.bincount(owner, weights=keep, minlength=size) > 0
     can_drop = np.bincount(owner, weights=~keep, minlength=size) > 0
     return can_keep, can_drop

@@ -230,6 +230,12 @@ class Posterior:
         inside = betainc(self.alpha, self.beta, 1.0 - p_s) - betainc(self.alpha, self.beta, p_s)
         return self.pib * max(0.0, inside)
 
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """size draws of p (for Monte Carlo checks and simulations)."""
+        u = rng.random(size)
+        beta = rng.beta(self.alpha, self.beta, size)
+        return np.where(u < self.pi0, 0.0, np.where(u < self.pi0 + self.pi1, 1.0, beta))
+
     def predictive(self, m: int) -> np.ndarray:
         """P(x passes among m more rollouts), x = 0..m."""
         x = np.arange(m + 1)

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
-from rewardprof.core.keep_rules import KEEP, REASONS, decision_range
+from rewardprof.core.keep_rules import KEEP, REASONS, OpenTasks, decision_range
 from rewardprof.core.keep_rules import drop_reasons as rule_reasons
 from rewardprof.stages import StagePaths, StageReport
 
@@ -100,9 +100,8 @@ def _undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
             binary &= _num(table, "num_distinct_rewards") <= 2
     else:
         binary = np.ones(len(n), dtype=bool)
-    can_keep, can_drop = decision_range(
-        cfg.export, cols, _num(table, "num_passed"), unknown, binary, cfg.profile.group_size
-    )
+    open_tasks = OpenTasks(cols, _num(table, "num_passed"), unknown, binary)
+    can_keep, can_drop = decision_range(cfg.export, open_tasks, cfg.profile.group_size)
     return can_keep & can_drop & (unknown > 0) & (n >= cfg.export.min_rollouts)
 
 
