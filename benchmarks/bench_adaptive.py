@@ -5,9 +5,9 @@
 
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
-same seed in a fixed-K and an adaptive run). Modes, with the package's own stopping tests
-(rewardprof.core.adaptive) and the export's default keep rules (drop tasks with no reward
-variance, i.e. all-fail or all-pass at K):
+same seed in a fixed-K and an adaptive run). Modes, run by the package's round planner
+(rewardprof.core.adaptive_plan: ask what to sample, reveal it, repeat) under the export's
+default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pass at K):
 
 * fixed: all 16 rollouts, decision by the rules at K = 16
 * exact: rollouts in rounds (2, then 2 more at a time) until the decision at 16 is settled
@@ -37,11 +37,11 @@ import numpy as np
 from rewardprof.core.adaptive import (
     DEFAULT_MIN_ROLLOUTS,
     EXACT_FIRST_ROUND,
-    bayes_stop,
-    exact_stop,
     keep_at,
     posterior_fn_for,
 )
+from rewardprof.core.adaptive_plan import AdaptiveSettings, Records
+from rewardprof.core.adaptive_plan import plan as adaptive_plan
 from rewardprof.core.config import Export
 from rewardprof.core.posterior import fit_prior, prior_as_posterior
 
@@ -70,27 +70,22 @@ DISTRIBUTIONS = {
 }
 
 
-def _by_pair(fn, n: np.ndarray, c: np.ndarray):
-    """fn over the distinct (n, c) pairs only, broadcast back."""
-    keys, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
-    outs = fn(keys[:, 0], keys[:, 1])
-    return tuple(o[inverse.reshape(-1)] for o in outs)
-
-
-def run_adaptive(passes: np.ndarray, first: int, stop_fn) -> tuple[np.ndarray, np.ndarray]:
-    """Rounds over the paths: (rollouts used, keep) per task."""
-    cum = np.concatenate([np.zeros((len(passes), 1), np.int64), np.cumsum(passes, axis=1)], axis=1)
-    n = np.full(len(passes), min(first, K), dtype=np.int64)
-    keep = np.zeros(len(passes), dtype=bool)
-    active = np.ones(len(passes), dtype=bool)
-    while active.any():
-        idx = np.flatnonzero(active)
-        stop, kept = _by_pair(stop_fn, n[idx], cum[idx, n[idx]])
-        done = idx[stop]
-        keep[done] = kept[stop]
-        active[done] = False
-        n[idx[~stop]] = np.minimum(n[idx[~stop]] + ROUND, K)
-    return n, keep
+def run_adaptive(
+    passes: np.ndarray, settings: AdaptiveSettings, ex, priors=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rollout stage's loop over the paths: ask the planner what to sample, reveal those
+    outcomes, until every task is done; (rollouts used, keep) per task."""
+    tasks = len(passes)
+    labels = np.full(tasks, "bench", dtype=object)
+    k = np.full(tasks, K)
+    pos = idx = np.zeros(0, dtype=np.int64)
+    while True:
+        records = Records(pos, idx, passes[pos, idx].astype(float))
+        plan = adaptive_plan(settings, ex, k, labels, records, priors)
+        if plan.done.all():
+            return plan.planned, plan.keep
+        new_pos, new_idx = plan.missing(records)
+        pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
 
 
 def simulate(name: str, tasks: int, seed: int) -> list[dict]:
@@ -119,22 +114,13 @@ def simulate(name: str, tasks: int, seed: int) -> list[dict]:
             keep_at(rule, 4, first4, GROUP_SIZE, posterior_fn=post),
         )
     )
-    rows.append(
-        (
-            "exact",
-            *run_adaptive(
-                passes, EXACT_FIRST_ROUND, lambda n, c: exact_stop(ex, n, c, K, GROUP_SIZE)
-            ),
-        )
-    )
+    exact = AdaptiveSettings("exact", EXACT_FIRST_ROUND, ROUND, group_size=GROUP_SIZE)
+    rows.append(("exact", *run_adaptive(passes, exact, ex)))
     first = passes[:, :DEFAULT_MIN_ROLLOUTS].sum(axis=1)
-    prior = fit_prior(np.full(tasks, DEFAULT_MIN_ROLLOUTS), first)
+    priors = {"bench": fit_prior(np.full(tasks, DEFAULT_MIN_ROLLOUTS), first)}
     for delta in DELTAS:
-
-        def stop_fn(n, c, delta=delta):
-            return bayes_stop(ex, prior, n, c, K, GROUP_SIZE, delta)[:2]
-
-        rows.append((f"bayes delta={delta}", *run_adaptive(passes, DEFAULT_MIN_ROLLOUTS, stop_fn)))
+        bayes = AdaptiveSettings("bayes", DEFAULT_MIN_ROLLOUTS, ROUND, delta, GROUP_SIZE)
+        rows.append((f"bayes delta={delta}", *run_adaptive(passes, bayes, ex, priors)))
     return [
         {
             "distribution": name,
