@@ -40,6 +40,7 @@ def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> 
         ("bench_dag.py", "dag: snakemake -n with 8 shards"),
         ("bench_client.py", "client: trivial verifier"),
         ("bench_engine.py", "engine: pipeline"),
+        ("bench_adaptive.py", "adaptive: 2000 tasks x K=16: exact"),
     ],
 )
 def test_benchmark_runs_and_prints_its_result(script, prefix, tmp_path):

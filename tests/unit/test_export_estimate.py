@@ -7,9 +7,11 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.posterior import MixturePrior
 from rewardprof.stages import StagePaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
-from rewardprof.tools.estimate import estimate, useful_fraction
+from rewardprof.tools.estimate import estimate
+from rewardprof.tools.estimate_signal import useful_at, useful_prediction
 
 
 def _cfg(export=None, entries=("a", "b"), **extra):
@@ -91,45 +93,75 @@ def test_export_config_checks():
         _cfg({"min_grpo_signl": 0.1})
 
 
-def test_useful_fraction_by_hand():
-    # p = 0.5, K = 2: 1 - 0.25 - 0.25 = 0.5; p = 0 and p = 1: 0; unscored: 0
-    assert useful_fraction([0.5, 0.0, 1.0, np.nan], 2) == pytest.approx(0.5 / 4)
-    assert useful_fraction([0.5], 8) == pytest.approx(1 - 2 / 256)
-    assert useful_fraction([], 8) is None
+def _pilot_label(env: str, tasks: int, rollouts: int, hours: float, counts) -> dict:
+    return {
+        "environment": env,
+        "tasks": tasks,
+        "num_repeats": 4,
+        "rollouts": rollouts,
+        "gpu_hours": hours,
+        "rollouts_per_gpu_hour": rollouts / hours,
+        "counts": counts,
+    }
+
+
+def _pilot(rollouts: int, gpu_hours: float, startup_overhead_s: float = 0.0, **labels) -> dict:
+    """A measured pilot as measure_pilot returns it (one job, 1 GPU per engine)."""
+    return {
+        "run_dir": "p",
+        "rollouts": rollouts,
+        "jobs": 1,
+        "engine_hours": gpu_hours,
+        "gpu_hours": gpu_hours,
+        "gpus_per_engine": 1,
+        "rollouts_per_gpu_hour": rollouts / gpu_hours,
+        "output_tokens_per_gpu_hour": 1.0,
+        "startup_overhead_s": startup_overhead_s,
+        "labels": labels,
+    }
+
+
+def test_useful_fraction_from_the_prior_by_hand():
+    # Beta(1, 1): E[p^K] = 1 / (K + 1), so useful = 1 - 2 / (K + 1); point masses add nothing
+    assert useful_at(MixturePrior(0.0, 0.0, 1.0, 1.0), 2) == pytest.approx(1 / 3)
+    assert useful_at(MixturePrior(0.5, 0.25, 1.0, 1.0), 8) == pytest.approx(0.25 * (1 - 2 / 9))
+
+
+def test_estimate_on_an_all_fail_pilot_reports_an_interval():
+    # 12 tasks x 4 rollouts, all failed: the plug-in said "no useful task" (0 of 200,000, shown
+    # as ~1 after rounding); the data still allow a sizeable share of rarely solved tasks
+    pred = useful_prediction([(4, 0)] * 12, 8)
+    assert pred["useful_fraction"] < 1e-6 and pred["low"] < 1e-6
+    assert 0.15 < pred["high"] < 0.5
+    # more all-fail evidence narrows it
+    assert useful_prediction([(4, 0)] * 120, 8)["high"] < pred["high"] / 3
+    # and `estimate` reports it for 200,000 tasks at K = 8
+    pilot = _pilot(rollouts=48, gpu_hours=0.1, a=_pilot_label("math", 12, 48, 0.1, [(4, 0)] * 12))
+    target = validate_config(
+        {"entries": [{"label": "a", "environment": "math", "source": "x", "num_repeats": 8}]}
+    )
+    (row,) = estimate(pilot, target, gpus=1, tasks={"a": 200_000})["labels"]
+    assert row["useful_tasks"] < 1 and row["useful_tasks_high"] > 30_000
+
+
+def test_useful_interval_holds_the_truth_of_a_known_mix():
+    rng = np.random.default_rng(4)
+    p = rng.beta(2, 2, 400)
+    c = rng.binomial(8, p)
+    pred = useful_prediction([(8, int(x)) for x in c], 8)
+    truth = float(np.mean(1 - p**8 - (1 - p) ** 8))
+    assert pred["low"] <= truth <= pred["high"]
+    assert pred["high"] - pred["low"] < 0.2
 
 
 def test_estimate_arithmetic():
-    pilot = {
-        "run_dir": "p",
-        "rollouts": 300,
-        "jobs": 1,
-        "engine_hours": 1.5,
-        "gpu_hours": 1.5,
-        "gpus_per_engine": 1,
-        "rollouts_per_gpu_hour": 200.0,
-        "output_tokens_per_gpu_hour": 1.0,
-        "startup_overhead_s": 360.0,
-        "labels": {
-            "a": {
-                "environment": "math",
-                "tasks": 25,
-                "num_repeats": 4,
-                "rollouts": 100,
-                "gpu_hours": 1.0,
-                "rollouts_per_gpu_hour": 100.0,
-                "pass_rates": [0.5] * 25,
-            },
-            "b": {
-                "environment": "mcq",
-                "tasks": 50,
-                "num_repeats": 4,
-                "rollouts": 200,
-                "gpu_hours": 0.5,
-                "rollouts_per_gpu_hour": 400.0,
-                "pass_rates": [1.0] * 50,
-            },
-        },
-    }
+    pilot = _pilot(
+        rollouts=300,
+        gpu_hours=1.5,
+        startup_overhead_s=360.0,
+        a=_pilot_label("math", 25, 100, 1.0, [(4, 2)] * 25),
+        b=_pilot_label("mcq", 50, 200, 0.5, [(4, 4)] * 50),
+    )
     target = validate_config(
         {
             "num_shards": 8,
@@ -142,11 +174,16 @@ def test_estimate_arithmetic():
     res = estimate(pilot, target, gpus=4, tasks={"a": 1000, "c": 400})
     a, c = res["labels"]
     assert (a["basis"], a["rollouts"], a["gpu_hours"]) == ("label", 2000, 20.0)
-    assert a["useful_fraction"] == 0.5 and a["useful_tasks"] == 500
-    assert a["useful_tasks_per_gpu_hour"] == 25
+    # every pilot task of a at 2/4: the fitted prior concentrates near p = 0.5, where K = 2
+    # rollouts differ with probability 1/2
+    assert a["useful_fraction"] == pytest.approx(0.5, abs=0.02)
+    assert a["useful_fraction_low"] <= a["useful_fraction"] <= a["useful_fraction_high"]
+    assert a["useful_tasks"] == pytest.approx(1000 * a["useful_fraction"], abs=1)
+    # adaptive: every task settles after 2 rollouts or runs both: exact never costs more
+    assert a["gpu_hours_exact"] <= a["gpu_hours"]
     # c is not in the pilot: borrows b's rate through its environment
     assert (c["basis"], c["rollouts"], c["gpu_hours"]) == ("environment mcq", 3200, 8.0)
-    assert c["useful_fraction"] == 0.0
+    assert c["useful_fraction"] < 0.01  # b's tasks all passed
     tot = res["total"]
     assert tot["gpu_hours"] == 28.0 and tot["rollouts"] == 5200
     # 8 jobs on 4 engines: 2 waves of (28 h / 8 jobs + 0.1 h startup)
@@ -208,3 +245,50 @@ def test_export_files_written_in_slices(tmp_path, monkeypatch):
     # a row that already had the key gets it replaced, not duplicated
     assert b[1] == {"reward_profile": b[1]["reward_profile"]}
     assert b[1]["reward_profile"]["weight"] == 1.0
+
+
+def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
+    """The environment basis divided by per-label GPU-hours rounded to 6 decimals: a pilot of
+    a few seconds has labels of ~1e-6 h, so its borrowed rate was off by tens of percent."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from rewardprof.core.layout import RunLayout
+    from rewardprof.tools.estimate import measure_pilot
+
+    layout = RunLayout(tmp_path)
+    layout.materialize_report.parent.mkdir(parents=True)
+    entries = [
+        {"label": "a", "environment": "math", "start": 0, "end": 2, "num_repeats": 2},
+        {"label": "b", "environment": "math", "start": 2, "end": 4, "num_repeats": 2},
+    ]
+    layout.materialize_report.write_text(json.dumps({"entries": entries}))
+    # one writer, 0.01 s of generation: 8 rollouts, a's output 3x b's (+1 per rollout)
+    rollouts = pa.table(
+        {
+            "task_index": [0, 0, 1, 1, 2, 2, 3, 3],
+            "status": ["ok"] * 8,
+            "request_n": [2] * 8,
+            "latency_s": [0.01] * 8,
+            "started_at": [0.0] * 8,
+            "finished_at": [0.01] * 8,
+            "completion_tokens": [5, 5, 5, 5, 1, 1, 1, 1],
+            "writer": ["s0of1-x"] * 8,
+        }
+    )
+    pq.write_table(rollouts, layout.rollouts)
+    layout.profile_tasks.parent.mkdir(parents=True)
+    prof = pa.table(
+        {"label": ["a", "a", "b", "b"], "num_rollouts": [2] * 4, "num_passed": [1, 0, 2, 1]}
+    )
+    pq.write_table(prof, layout.profile_tasks)
+    pilot = measure_pilot(tmp_path)
+    hours = 0.01 / 3600
+    assert pilot["labels"]["a"]["gpu_hours"] == pytest.approx(hours * 24 / 32, rel=1e-12)
+    # a target label c of environment math borrows a and b together: 8 rollouts / all hours
+    target = validate_config(
+        {"entries": [{"label": "c", "environment": "math", "source": "x", "num_repeats": 2}]}
+    )
+    (c,) = estimate(pilot, target, gpus=1, tasks={"c": 10})["labels"]
+    assert c["rollouts_per_gpu_hour"] == pytest.approx(8 / hours, rel=1e-6)

@@ -98,13 +98,19 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
     assert (a["tasks"], a["kept"], a["dropped"]) == (4, 1, 3)
     assert a["dropped_by"] == {
         "no_rollouts": 1,
+        "undecided_by_failures": 0,
         "all_fail": 1,
         "all_pass": 1,
         "below_min_pass_rate": 0,
         "above_max_pass_rate": 0,
         "low_grpo_signal": 0,
+        "low_expected_signal": 0,
+        "low_signal_probability": 0,
         "zero_target_share": 0,
     }
+    # every dropped task by its reason: a's tasks are 0-3 ("4 + 4" failed every rollout)
+    assert report["dropped_tasks"]["no_rollouts"] == [3]
+    assert report["dropped_tasks"]["all_pass"][0] == 0
     assert (b["tasks"], b["kept"], b["dropped"]) == (4, 2, 2)
     assert b["dropped_by"]["all_pass"] == 1 and b["dropped_by"]["all_fail"] == 1
     # target 50/50 over 3 kept tasks: a's one task weighs 1.5, b's two 0.75 each
@@ -356,8 +362,10 @@ def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
     assert a["basis"] == b["basis"] == "label"
     assert a["rollouts_per_gpu_hour"] > 0
     assert a["gpu_hours"] == pytest.approx(8000 / a["rollouts_per_gpu_hour"], rel=1e-3)
-    # label a: one of four tasks at p = .5, the rest at 0 or 1 or unscored
-    assert a["useful_fraction"] == pytest.approx((1 - 2 * 0.5**8) / 4, abs=1e-3)
+    # label a's scored tasks: 4/4, 0/4, 2/4 (the fourth failed every rollout): the fitted prior
+    # puts a third on each; three tasks leave a wide interval around that
+    assert a["useful_fraction"] == pytest.approx((1 - 2 * 0.5**8) / 3, abs=0.05)
+    assert a["useful_fraction_low"] < 0.1 and a["useful_fraction_high"] > 0.9
     assert res["pilot"]["rollouts"] == 32 and res["pilot"]["jobs"] == 2
     assert res["total"]["gpu_hours"] == pytest.approx(a["gpu_hours"] + b["gpu_hours"], rel=1e-3)
     assert "| label | basis | tasks |" in r.stdout

@@ -170,6 +170,8 @@ class Profile(StrictModel):
     """Confidence level of the pass-rate interval."""
     ci_method: Literal["wilson", "beta"] = "wilson"
     """wilson (score interval) or beta (Clopper-Pearson, exact)."""
+    signal_threshold: Annotated[float, Field(ge=0, le=1)] = 0.1
+    """s of the posterior column post_p_signal = P(GRPO signal at group_size >= s)."""
 
 
 class Export(StrictModel):
@@ -178,17 +180,29 @@ class Export(StrictModel):
     pass_rate_column: Literal["pass_rate", "pass_rate_excl_truncated"] = "pass_rate"
     """Which pass rate the keep rules below look at."""
     drop_all_fail: bool = True
-    """Drop tasks with pass rate 0 (no GRPO signal: every group all-fail)."""
+    """Drop tasks whose rollouts all got the same failing reward (no reward variance: no GRPO
+    signal). A partial-credit task with rewards {0, 0.5} is not all-fail."""
     drop_all_pass: bool = True
-    """Drop tasks with pass rate 1 (no GRPO signal: every group all-pass)."""
+    """Drop tasks whose rollouts all got the same passing reward (no reward variance)."""
     min_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = None
     """Keep only tasks with pass rate >= this (null: no lower bound)."""
     max_pass_rate: Annotated[float, Field(ge=0, le=1)] | None = None
     """Keep only tasks with pass rate <= this (null: no upper bound)."""
     min_grpo_signal: Annotated[float, Field(ge=0, le=1)] | None = None
-    """Keep only tasks whose grpo_signal (at profile.group_size) >= this."""
-    min_rollouts: Annotated[int, Field(ge=1)] = 1
-    """Drop tasks with fewer scored (ok) rollouts than this."""
+    """Keep only tasks whose grpo_signal (at profile.group_size) >= this. That plug-in estimate
+    is biased low for few rollouts; min_expected_signal / min_signal_probability are not."""
+    min_expected_signal: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Keep only tasks whose posterior expected GRPO signal (post_signal) >= this."""
+    min_signal_probability: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Keep only tasks with posterior P(signal >= profile.signal_threshold) (post_p_signal) >=
+    this, e.g. 0.5."""
+    min_rollouts: Annotated[int, Field(ge=1)] = 2
+    """Drop tasks with fewer scored (ok) rollouts than this (no_rollouts): one rollout cannot
+    show reward variance."""
+    on_undecided: Literal["keep", "drop"] = "keep"
+    """A task whose keep/drop decision would differ under some outcome of its failed or missing
+    rollouts (undecided_by_failures): keep it (no rule drops it on the survivors alone) or drop
+    it. Either way the export report lists it."""
     target_share: dict[str, NonNegativeFloat] = Field(default_factory=dict)
     """label -> share of the combined export's total weight; every label must be listed (0 leaves
     one out). Empty: every kept task has weight 1."""

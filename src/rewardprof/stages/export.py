@@ -4,11 +4,11 @@ Every kept task's original row (the `sample` column of the profile: the source r
 written back with the profile fields attached under `export.profile_key` (`reward_profile`),
 one JSONL file per label and one combined file, plus a kept/dropped report per label.
 
-Keep rules (config `export`, applied in this order; a dropped task is counted under the first
-rule that drops it): fewer than `min_rollouts` scored rollouts (`no_rollouts`), pass rate 0
-(`all_fail`), pass rate 1 (`all_pass`), below `min_pass_rate`, above `max_pass_rate`, below
-`min_grpo_signal` (`low_grpo_signal`), and last, a label whose `target_share` is 0
-(`zero_target_share`: 0 leaves the label out of every export file, not in with weight 0).
+Keep rules (config `export`): core/keep_rules.py applies them; docs/profile.md lists them. A
+dropped task is counted under the first rule that drops it, and report.json names every dropped
+task's reason (`dropped_tasks`: reason -> task indices), and the tasks whose decision rests on
+the survivors of failed rollouts (`undecided_by_failures`), kept or dropped per
+`on_undecided`.
 
 Weights: with `target_share` {label: share}, every kept task of label l gets
     weight_l = share_l / sum(shares) * kept_total / kept_l
@@ -32,17 +32,10 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
+from rewardprof.core.keep_rules import KEEP, REASONS, OpenTasks, decision_range
+from rewardprof.core.keep_rules import drop_reasons as rule_reasons
 from rewardprof.stages import StagePaths, StageReport
 
-REASONS = [
-    "no_rollouts",
-    "all_fail",
-    "all_pass",
-    "below_min_pass_rate",
-    "above_max_pass_rate",
-    "low_grpo_signal",
-    "zero_target_share",
-]
 _PROFILE_FIELDS = [
     "task_index",
     "task_id",
@@ -69,34 +62,52 @@ def _num(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy().astype(float)  # nulls -> NaN
 
 
+def _columns(cfg: Config, table: pa.Table) -> dict[str, np.ndarray]:
+    """The keep rules' columns (core/keep_rules.py) from a profile table."""
+    names = set(table.column_names)
+    rate = _num(table, cfg.export.pass_rate_column)
+    if "num_distinct_rewards" in names:
+        var = _num(table, "num_distinct_rewards") > 1
+    elif "std/reward" in names:
+        var = _num(table, "std/reward") > 0
+    else:  # a profile without reward columns: 0/1 rewards assumed
+        var = (rate > 0) & (rate < 1)
+    cols = {
+        "num_rollouts": _num(table, "num_rollouts"),
+        "pass_rate": rate,
+        "has_variance": var,
+    }
+    for name in ("grpo_signal", "post_signal", "post_p_signal", "label"):
+        if name in names:
+            cols[name] = table.column(name).to_numpy(zero_copy_only=False)
+    return cols
+
+
+def _undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
+    """Tasks whose keep/drop would differ under some outcome of their failed or missing
+    rollouts (core/keep_rules.py, `decision_range`); False where nothing is unknown."""
+    names = set(table.column_names)
+    cols = _columns(cfg, table)
+    n = cols["num_rollouts"]
+    if "expected_num_rollouts" not in names or "num_passed" not in names:
+        return np.zeros(len(n), dtype=bool)
+    unknown = np.nan_to_num(_num(table, "expected_num_rollouts") - n).astype(np.int64)
+    rewards = [f"{k}/reward" for k in ("min", "max")]
+    if set(rewards) <= names:  # 0/1 rewards: at most two values, each 0 or 1
+        lo, hi = _num(table, "min/reward"), _num(table, "max/reward")
+        binary = np.isin(lo, [0.0, 1.0]) & np.isin(hi, [0.0, 1.0])
+        if "num_distinct_rewards" in names:
+            binary &= _num(table, "num_distinct_rewards") <= 2
+    else:
+        binary = np.ones(len(n), dtype=bool)
+    open_tasks = OpenTasks(cols, _num(table, "num_passed"), unknown, binary)
+    can_keep, can_drop = decision_range(cfg.export, open_tasks, cfg.profile.group_size)
+    return can_keep & can_drop & (unknown > 0) & (n >= cfg.export.min_rollouts)
+
+
 def drop_reasons(cfg: Config, table: pa.Table) -> np.ndarray:
     """Per task: -1 when kept, else the index in REASONS of the first rule that drops it."""
-    ex = cfg.export
-    rate = _num(table, ex.pass_rate_column)
-    n = _num(table, "num_rollouts")
-    signal = _num(table, "grpo_signal")
-    rules = [
-        (n < ex.min_rollouts) | np.isnan(rate),
-        (rate == 0) if ex.drop_all_fail else None,
-        (rate == 1) if ex.drop_all_pass else None,
-        (rate < ex.min_pass_rate) if ex.min_pass_rate is not None else None,
-        (rate > ex.max_pass_rate) if ex.max_pass_rate is not None else None,
-        ~(signal >= ex.min_grpo_signal) if ex.min_grpo_signal is not None else None,
-        _zero_share(table, ex.target_share),
-    ]
-    reason = np.full(table.num_rows, -1, dtype=np.int64)
-    for i, mask in enumerate(rules):
-        if mask is not None:
-            reason[(reason == -1) & mask] = i
-    return reason
-
-
-def _zero_share(table: pa.Table, share: dict[str, float]) -> np.ndarray | None:
-    """Tasks of labels with target share 0 (None when there are none)."""
-    zero = [lbl for lbl, s in share.items() if s == 0]
-    if not zero:
-        return None
-    return np.isin(table.column("label").to_numpy(), zero)
+    return rule_reasons(cfg.export, _columns(cfg, table), _undecided_by_failures(cfg, table))
 
 
 def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str, float], list]:
@@ -126,19 +137,20 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     out = paths.need("out")
     table = pq.read_table(paths.need("profile"))
     report = json.loads(paths.need("report").read_text())
-    reason = drop_reasons(cfg, table)
+    undecided = _undecided_by_failures(cfg, table)
+    reason = rule_reasons(cfg.export, _columns(cfg, table), undecided)
     ti = table.column("task_index").to_numpy()
     entry_rows, kept_per_label = [], {}
     for e in report["entries"]:
         in_range = (ti >= e["start"]) & (ti < e["end"])
-        kept_per_label[e["label"]] = int((in_range & (reason == -1)).sum())
+        kept_per_label[e["label"]] = int((in_range & (reason == KEEP)).sum())
         entry_rows.append(in_range)
     weights, notes = label_weights(cfg, kept_per_label)
     weight = np.zeros(table.num_rows)
     for e, in_range in zip(report["entries"], entry_rows, strict=True):
         weight[in_range] = weights[e["label"]]
 
-    kept = reason == -1
+    kept = reason == KEEP
     kept_table = table.filter(pa.array(kept))
     fields = [f for f in _PROFILE_FIELDS if f in table.column_names]
     fields += [c for c in table.column_names if c.startswith("pass@")]
@@ -157,6 +169,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
                 "kept": kept_per_label[e["label"]],
                 "dropped": int((dropped >= 0).sum()),
                 "dropped_by": {r: int((dropped == i).sum()) for i, r in enumerate(REASONS)},
+                "undecided_by_failures": int(undecided[in_range].sum()),
                 "weight": round(weights[e["label"]], 9),
                 "kept_share": round(kept_per_label[e["label"]] / total_kept, 9)
                 if total_kept
@@ -172,6 +185,11 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         "dropped": table.num_rows - total_kept,
         "labels": labels,
         "notes": notes,
+        "undecided_by_failures": {
+            "on_undecided": cfg.export.on_undecided,
+            "task_index": ti[undecided].tolist(),
+        },
+        "dropped_tasks": {r: ti[reason == i].tolist() for i, r in enumerate(REASONS)},
     }
     write_json_atomic(out / "report.json", result)
     return result

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.jsonl import write_table_jsonl
+from rewardprof.core.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
 from rewardprof.core.schemas import OK, FailureKind
 from rewardprof.core.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
@@ -89,6 +90,53 @@ def _reward_value_signal(
     return np.where(n_ok > 0, 1.0 - same, np.nan), distinct
 
 
+def _binary_labels(prof: pd.DataFrame) -> dict[str, bool]:
+    """label -> every scored reward of the label is 0 or 1."""
+    lo_hi = prof[["min/reward", "max/reward"]]
+    ok = (lo_hi.isin([0.0, 1.0]).all(axis=1) & (prof["num_distinct_rewards"] <= 2)) | (
+        prof["num_rollouts"] == 0
+    )
+    return ok.groupby(prof["label"].to_numpy(dtype=object), sort=False).all().to_dict()
+
+
+def _posterior_cols(
+    cfg: Config, prof: pd.DataFrame, pos: np.ndarray, reward: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """post_* columns (docs/profile.md) and each label's fitted priors (for summary.json).
+
+    Pass-rate mean and interval: posterior of the pass rate under the label's empirical-Bayes
+    prior, fitted on its tasks' (num_rollouts, num_passed) (core/posterior.py). Signal columns:
+    the same posterior for a label whose rewards are all 0/1; for a label with other rewards,
+    the posterior of q = P(reward == v*), v* the label's most common reward, under a prior
+    fitted the same way on that indicator: 1 - q^G - (1-q)^G is a lower bound of the chance
+    that a group's rewards differ (exact when a task's rewards take v* and one other value)."""
+    p = cfg.profile
+    n = prof["num_rollouts"].to_numpy()
+    c = prof["num_passed"].to_numpy()
+    labels = prof["label"].to_numpy(dtype=object)
+    rounded = np.round(reward, 9)
+    out = {k: np.full(len(n), np.nan) for k in POSTERIOR_COLUMNS}
+    settings = {"level": p.ci_level, "group_size": p.group_size, "min_signal": p.signal_threshold}
+    priors: dict[str, dict[str, Any]] = {}
+    for lbl, binary in _binary_labels(prof).items():
+        rows = labels == lbl
+        prior = fit_prior(n[rows], c[rows])
+        cols = posterior_columns(prior, n[rows], c[rows], **settings)
+        priors[lbl] = {"pass_rate": prior.as_dict()}
+        if not binary:
+            of_label = rows[pos]
+            values, counts = np.unique(rounded[of_label], return_counts=True)
+            top = float(values[np.argmax(counts)])
+            hits = np.bincount(pos[of_label & (rounded == top)], minlength=len(n))[rows]
+            signal_prior = fit_prior(n[rows], hits)
+            view = posterior_columns(signal_prior, n[rows], hits, **settings)
+            cols["post_signal"], cols["post_p_signal"] = view["post_signal"], view["post_p_signal"]
+            priors[lbl]["reward_equals"] = {"value": top, **signal_prior.as_dict()}
+        for k in POSTERIOR_COLUMNS:
+            out[k][rows] = cols[k]
+    return out, priors
+
+
 def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
     p = cfg.profile
     T = len(tasks)
@@ -150,8 +198,13 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols["grpo_signal"] = signal
     cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
     cols["num_distinct_rewards"] = distinct
-    cols["sample"] = tasks["row"].array
-    return pd.DataFrame(cols)
+    prof = pd.DataFrame(cols)
+    post, priors = _posterior_cols(cfg, prof, pos[ok], reward[ok])
+    for k, v in post.items():
+        prof[k] = v
+    prof.attrs["priors"] = priors  # label -> fitted priors, for summary.json
+    prof["sample"] = tasks["row"].array
+    return prof
 
 
 def _read_inputs(
@@ -184,6 +237,8 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         with atomic_path(out / "by_label" / f"{e['label']}.parquet") as tmp:
             pq.write_table(part, tmp, compression="zstd")
     labels = label_summary(prof.drop(columns="sample"), report, rollouts)
+    for row in labels:
+        row["prior"] = prof.attrs["priors"].get(row["label"])
     summary = {
         "run": cfg.run,
         "num_tasks": len(prof),

@@ -22,6 +22,21 @@ def _share(mask: pd.Series, among: pd.Series) -> float | None:
     return _f(mask[among].mean()) if among.any() else None
 
 
+def _signal_shares(part: pd.DataFrame, has: pd.Series) -> dict[str, float | None]:
+    """Shares by reward variance (what GRPO sees), not by the pass rate alone: a task with
+    rewards {0, 0.5} has pass rate 0 and signal. Posterior means over the label's tasks."""
+    var = part["num_distinct_rewards"] > 1
+    rate = part["pass_rate"]
+    out = {
+        "share_all_fail": _share(~var & (rate == 0), has),
+        "share_all_pass": _share(~var & (rate == 1), has),
+        "share_useful": _share(var, has),
+    }
+    for col, key in (("post_signal", "mean_post_signal"), ("post_p_signal", "mean_post_p_signal")):
+        out[key] = _f(part[col].mean()) if col in part else None
+    return out
+
+
 def _token_stats(tokens: np.ndarray) -> dict[str, float | None]:
     tokens = tokens[~np.isnan(tokens)]
     if not len(tokens):
@@ -90,7 +105,7 @@ def label_summary(
             **{f"mean_{c}": _f(part[c].mean()) for c in pass_at},
             "share_pass_rate_0": _share(rate == 0, has),
             "share_pass_rate_1": _share(rate == 1, has),
-            "share_useful": _share((rate > 0) & (rate < 1), has),
+            **_signal_shares(part, has),
             "mean_grpo_signal": _f(part["grpo_signal"].mean()),
             "pass_rate_histogram": {
                 "edges": HIST_EDGES,
@@ -119,7 +134,7 @@ def overall_summary(prof: pd.DataFrame) -> dict[str, Any]:
         "mean_pass_rate": _f(rate.mean()),
         "share_pass_rate_0": _share(rate == 0, has),
         "share_pass_rate_1": _share(rate == 1, has),
-        "share_useful": _share((rate > 0) & (rate < 1), has),
+        **_signal_shares(prof, has),
         "mean_grpo_signal": _f(prof["grpo_signal"].mean()),
     }
 

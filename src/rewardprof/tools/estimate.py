@@ -13,9 +13,10 @@ and engine on the same kind of hardware:
   GPU-hour = the label's rollouts / its share of GPU-hours.
 * startup overhead per job: the rollout rule's benchmark (benchmarks/rollout/*.tsv) minus the
   job's generation span: engine start, loading the shard, writing outputs.
-* useful fraction at K: a task is useful to GRPO when its K samples are not all equal; with the
-  pilot's per-task pass rate p that happens with probability 1 - p^K - (1-p)^K, averaged over
-  the pilot's tasks of that label (plug-in estimate; failed tasks count as not useful).
+* useful fraction at K: a task is useful to GRPO when its K samples are not all equal. Predicted
+  from the label's empirical-Bayes prior fitted on the pilot's per-task (rollouts, passes), with
+  a profile-likelihood interval; and the rollouts adaptive sampling would spend
+  (tools/estimate_signal.py). Nothing is rounded before it is divided; only the output is.
 
 For the target config, each label's tasks are counted from its source (after `limit`), or given
 with --tasks LABEL=N. Labels absent from the pilot borrow the rate of pilot labels with the same
@@ -38,6 +39,8 @@ import pyarrow.parquet as pq
 from rewardprof.core.config import Config, GeneratorSource, load_config
 from rewardprof.core.layout import RunLayout, parse_shard_name
 from rewardprof.sources.files import resolve_source
+from rewardprof.tools.estimate_report import to_markdown
+from rewardprof.tools.estimate_signal import adaptive_rollouts, useful_prediction
 
 _COLS = [
     "task_index",
@@ -92,48 +95,45 @@ def measure_pilot(
     else:  # a batched engine's time goes mostly to decoding: output tokens (+1 per rollout)
         r["cost"] = r["completion_tokens"].fillna(0).astype(float) + 1.0
     total_cost = float(r["cost"].sum()) or 1.0
-    prof = pq.read_table(layout.profile_tasks, columns=["label", "pass_rate"]).to_pandas()
+    prof = pq.read_table(
+        layout.profile_tasks, columns=["label", "num_rollouts", "num_passed"]
+    ).to_pandas()
     labels = {}
     for e in report["entries"]:
         mine = r[r["label"] == e["label"]]
         share = float(mine["cost"].sum()) / total_cost
         lab_gpu_h = gpu_h * share
-        rates = prof.loc[prof["label"] == e["label"], "pass_rate"].to_numpy(dtype=float)
+        of_label = prof[prof["label"] == e["label"]]
+        counts = [
+            (int(a), int(b))
+            for a, b in zip(of_label["num_rollouts"], of_label["num_passed"], strict=True)
+        ]
         labels[e["label"]] = {
             "environment": e["environment"],
             "tasks": e["end"] - e["start"],
             "num_repeats": e["num_repeats"],
             "rollouts": len(mine),
             "mean_output_tokens": _r(mine["completion_tokens"].mean()),
-            "gpu_hours": _r(lab_gpu_h, 6),
+            "gpu_hours": lab_gpu_h,  # rounded in the output only: the basis divides by it
             "cost_share": _r(share),
-            "rollouts_per_gpu_hour": _r(len(mine) / lab_gpu_h) if lab_gpu_h > 0 else None,
-            "pass_rates": rates.tolist(),
+            "rollouts_per_gpu_hour": len(mine) / lab_gpu_h if lab_gpu_h > 0 else None,
+            "counts": counts,  # (scored rollouts, passes) per task
         }
     return {
         "run_dir": str(layout.root),
         "rollouts": len(r),
         "jobs": len(spans),
         "engine_hours": _r(engine_s / 3600, 6),
-        "gpu_hours": _r(gpu_h, 6),
+        "gpu_hours": gpu_h,
         "gpus_per_engine": gpus_per_engine,
         "cost_by": cost_by,
-        "rollouts_per_gpu_hour": _r(len(r) / gpu_h) if gpu_h > 0 else None,
+        "rollouts_per_gpu_hour": len(r) / gpu_h if gpu_h > 0 else None,
         "output_tokens_per_gpu_hour": _r(r["completion_tokens"].sum() / gpu_h)
         if gpu_h > 0
         else None,
         "startup_overhead_s": _r(_startup_overhead(layout, span_s)),
         "labels": labels,
     }
-
-
-def useful_fraction(pass_rates: list[float], k: int) -> float | None:
-    p = np.asarray(pass_rates, dtype=float)
-    if not len(p):
-        return None
-    p = np.where(np.isnan(p), -1, p)  # a task without scored rollouts is never useful
-    useful = np.where(p < 0, 0.0, 1 - np.clip(p, 0, 1) ** k - (1 - np.clip(p, 0, 1)) ** k)
-    return float(useful.mean())
 
 
 def count_tasks(
@@ -169,68 +169,78 @@ def estimate(
     unknown = set(given) - {e.label for e in target.entries}
     if unknown:
         raise ValueError(f"--tasks: unknown label(s) {', '.join(sorted(unknown))}")
-    counts = {**count_tasks(target, base_dir, skip=set(given)), **given}
+    n_tasks = {**count_tasks(target, base_dir, skip=set(given)), **given}
     by_env: dict[str, list[dict]] = {}
     for lab in pilot["labels"].values():
         by_env.setdefault(lab["environment"], []).append(lab)
-    rows, total_h, total_rollouts, total_useful = [], 0.0, 0, 0.0
+    rows = []
     for e in target.entries:
         if e.label in pilot["labels"] and pilot["labels"][e.label]["rollouts_per_gpu_hour"]:
             src, basis = pilot["labels"][e.label], "label"
-            rate = src["rollouts_per_gpu_hour"]
-            rates = src["pass_rates"]
+            rate, counts = src["rollouts_per_gpu_hour"], src["counts"]
         elif e.environment in by_env:
             group, basis = by_env[e.environment], f"environment {e.environment}"
             h = sum(x["gpu_hours"] for x in group)
             rate = sum(x["rollouts"] for x in group) / h if h else None
-            rates = [p for x in group for p in x["pass_rates"]]
+            counts = [t for x in group for t in x["counts"]]
         else:
-            basis, rate, rates = (
-                "overall",
-                pilot["rollouts_per_gpu_hour"],
-                [p for x in pilot["labels"].values() for p in x["pass_rates"]],
-            )
-        n_tasks = counts[e.label]
-        rollouts = n_tasks * e.num_repeats
-        hours = rollouts / rate if rate else math.nan
-        useful = useful_fraction(rates, e.num_repeats)
-        useful_tasks = n_tasks * useful if useful is not None else math.nan
-        rows.append(
-            {
-                "label": e.label,
-                "environment": e.environment,
-                "basis": basis,
-                "tasks": n_tasks,
-                "num_repeats": e.num_repeats,
-                "rollouts": rollouts,
-                "rollouts_per_gpu_hour": _r(rate),
-                "gpu_hours": _hours(hours),
-                "useful_fraction": _r(useful),
-                "useful_tasks": _r(useful_tasks, 1),
-                "useful_tasks_per_gpu_hour": _r(useful_tasks / hours) if hours else None,
-            }
-        )
-        total_h += hours
-        total_rollouts += rollouts
-        total_useful += useful_tasks
+            basis, rate = "overall", pilot["rollouts_per_gpu_hour"]
+            counts = [t for x in pilot["labels"].values() for t in x["counts"]]
+        rows.append(_label_row(target, e, n_tasks[e.label], basis, rate, counts))
+    return _assemble(pilot, target, rows, gpus, gpus_per_engine)
+
+
+def _label_row(target: Config, e, n_tasks: int, basis: str, rate, counts) -> dict[str, Any]:
+    """One label of the target: rollouts, GPU-hours (fixed K and adaptive), useful tasks."""
+    k = e.num_repeats
+    rollouts = n_tasks * k
+    hours = rollouts / rate if rate else math.nan
+    pred = useful_prediction(counts, k)
+    shares = adaptive_rollouts(target.export, pred["prior"], k, target.profile.group_size)
+    useful = {key: n_tasks * pred[key] for key in ("useful_fraction", "low", "high")}
+    return {
+        "label": e.label,
+        "environment": e.environment,
+        "basis": basis,
+        "tasks": n_tasks,
+        "num_repeats": k,
+        "rollouts": rollouts,
+        "rollouts_per_gpu_hour": _r(rate),
+        "gpu_hours": _hours(hours),
+        **{f"gpu_hours_{m}": _hours(hours * share) for m, share in shares.items()},
+        **{f"rollouts_{m}": round(rollouts * share) for m, share in shares.items()},
+        "useful_fraction": _r(pred["useful_fraction"]),
+        "useful_fraction_low": _r(pred["low"]),
+        "useful_fraction_high": _r(pred["high"]),
+        "useful_tasks": _r(useful["useful_fraction"], 1),
+        "useful_tasks_low": _r(useful["low"], 1),
+        "useful_tasks_high": _r(useful["high"], 1),
+        "useful_tasks_per_gpu_hour": _r(useful["useful_fraction"] / hours) if hours else None,
+        "prior": pred["prior"].as_dict(),
+        "_hours": hours,  # unrounded, for the totals (dropped by _assemble)
+        "_useful": useful,
+        "_shares": shares,
+    }
+
+
+def _assemble(
+    pilot: dict[str, Any], target: Config, rows: list[dict], gpus: int, gpus_per_engine: int
+) -> dict[str, Any]:
+    total_h = sum(r["_hours"] for r in rows)
+    useful = {k: sum(r["_useful"][k] for r in rows) for k in ("useful_fraction", "low", "high")}
+    adaptive_h = {m: sum(r["_hours"] * r["_shares"][m] for r in rows) for m in ("exact", "bayes")}
     engines = max(1, gpus // gpus_per_engine)
     jobs = target.num_shards
     overhead_h = (pilot["startup_overhead_s"] or 0.0) / 3600
-    per_job_h = total_h / gpus_per_engine / jobs
     waves = math.ceil(jobs / engines)
-    wall_h = waves * (per_job_h + overhead_h)
+    wall_h = waves * (total_h / gpus_per_engine / jobs + overhead_h)
     return {
-        "pilot": {k: v for k, v in pilot.items() if k != "labels"},
-        "pilot_labels": [
-            {
-                "label": k,
-                **{a: b for a, b in v.items() if a != "pass_rates"},
-                f"useful_fraction_at_k{v['num_repeats']}": _r(
-                    useful_fraction(v["pass_rates"], v["num_repeats"])
-                ),
-            }
-            for k, v in pilot["labels"].items()
-        ],
+        "pilot": {
+            **{k: v for k, v in pilot.items() if k != "labels"},
+            "rollouts_per_gpu_hour": _r(pilot["rollouts_per_gpu_hour"]),
+            "gpu_hours": _hours(pilot["gpu_hours"]),
+        },
+        "pilot_labels": [_pilot_label(k, v) for k, v in pilot["labels"].items()],
         "target": {
             "run": target.run,
             "gpus": gpus,
@@ -239,16 +249,35 @@ def estimate(
             "rollout_jobs": jobs,
             "waves": waves,
         },
-        "labels": rows,
+        "labels": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
         "total": {
             "tasks": sum(r["tasks"] for r in rows),
-            "rollouts": total_rollouts,
+            "rollouts": sum(r["rollouts"] for r in rows),
             "gpu_hours": _hours(total_h),
             "gpu_hours_with_startup": _hours(total_h + jobs * overhead_h * gpus_per_engine),
+            "gpu_hours_exact": _hours(adaptive_h["exact"]),
+            "gpu_hours_bayes": _hours(adaptive_h["bayes"]),
             "wall_hours": _hours(wall_h),
-            "useful_tasks": _r(total_useful, 1),
-            "useful_tasks_per_gpu_hour": _r(total_useful / total_h) if total_h else None,
+            "useful_tasks": _r(useful["useful_fraction"], 1),
+            "useful_tasks_low": _r(useful["low"], 1),
+            "useful_tasks_high": _r(useful["high"], 1),
+            "useful_tasks_per_gpu_hour": _r(useful["useful_fraction"] / total_h)
+            if total_h
+            else None,
         },
+    }
+
+
+def _pilot_label(label: str, v: dict[str, Any]) -> dict[str, Any]:
+    """A pilot label for the output: rounded, counts summarized, useful fraction at its K."""
+    pred = useful_prediction(v["counts"], v["num_repeats"])
+    return {
+        "label": label,
+        **{a: b for a, b in v.items() if a not in ("counts", "gpu_hours", "rollouts_per_gpu_hour")},
+        "gpu_hours": _hours(v["gpu_hours"]),
+        "rollouts_per_gpu_hour": _r(v["rollouts_per_gpu_hour"]),
+        "useful_fraction_at_pilot_k": _r(pred["useful_fraction"]),
+        "useful_fraction_at_pilot_k_interval": [_r(pred["low"]), _r(pred["high"])],
     }
 
 
@@ -264,82 +293,6 @@ def _hours(x: float) -> float | None:
     """Hours to 5 significant figures: a small pilot's 0.0689 h and a sweep's 1,234.5 h keep
     the same relative precision (fixed decimals turned the total of 0.0689 h into 0.069)."""
     return None if not math.isfinite(x) else float(f"{x:.5g}")
-
-
-def _md_cell(value: Any) -> str:
-    return "-" if value is None else f"{value:,}" if isinstance(value, int | float) else str(value)
-
-
-def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return out + ["| " + " | ".join(_md_cell(r.get(c)) for c in cols) + " |" for r in rows]
-
-
-def to_markdown(res: dict[str, Any]) -> str:
-    p, t, tot = res["pilot"], res["target"], res["total"]
-    lines = [
-        f"# Sizing estimate: {t['run']} from pilot {p['run_dir']}",
-        "",
-        f"Pilot: {p['rollouts']:,} rollouts in {p['jobs']} rollout job(s), "
-        f"{p['gpu_hours']} GPU-hours of generation ({p['gpus_per_engine']} GPU(s) per "
-        f"engine): {p['rollouts_per_gpu_hour']:,} rollouts and "
-        f"{p['output_tokens_per_gpu_hour']:,} output tokens per GPU-hour; startup "
-        f"overhead {p['startup_overhead_s']} s per job; GPU-hours split over labels by "
-        f"{'output tokens' if p.get('cost_by', 'tokens') == 'tokens' else 'latency'}.",
-        "",
-        "## Pilot, per label",
-        "",
-    ]
-    pk = (
-        [k for k in res["pilot_labels"][0] if k.startswith("useful_fraction")]
-        if res["pilot_labels"]
-        else []
-    )
-    lines += _md_table(
-        res["pilot_labels"],
-        [
-            "label",
-            "environment",
-            "tasks",
-            "rollouts",
-            "mean_output_tokens",
-            "cost_share",
-            "rollouts_per_gpu_hour",
-            *pk[:1],
-        ],
-    )
-    lines += [
-        "",
-        f"## Full config on {t['gpus']} GPU(s) ({t['engines']} engine(s), "
-        f"{t['rollout_jobs']} rollout jobs in {t['waves']} wave(s))",
-        "",
-    ]
-    lines += _md_table(
-        res["labels"],
-        [
-            "label",
-            "basis",
-            "tasks",
-            "num_repeats",
-            "rollouts",
-            "rollouts_per_gpu_hour",
-            "gpu_hours",
-            "useful_fraction",
-            "useful_tasks",
-            "useful_tasks_per_gpu_hour",
-        ],
-    )
-    lines += [
-        "",
-        f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
-        f"{tot['gpu_hours']:,} GPU-hours of generation "
-        f"({tot['gpu_hours_with_startup']:,} with engine startup), "
-        f"wall time ≈ {tot['wall_hours']:,} h on {t['gpus']} GPU(s); "
-        f"≈ {tot['useful_tasks']:,} useful tasks (0 < p < 1), "
-        f"{tot['useful_tasks_per_gpu_hour']} per GPU-hour.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def run_command(args: argparse.Namespace) -> int:

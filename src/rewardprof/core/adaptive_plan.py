@@ -1,0 +1,215 @@
+"""The round plan of adaptive sampling: which rollouts each task needs, replayed from its results.
+
+`plan` is a pure function of (settings, keep rules, each task's num_repeats K and label, the
+labels' priors, the known rollout results). It replays the rounds from the start: a task first
+needs rollouts 0..first-1; once all of them are known (ok or failed) the stopping test
+(core/adaptive.py) runs on them, and if the decision at K is not settled the task needs
+`round_size` more, up to K. A round looks only at the rollouts below its size, in index order,
+so the plan does not depend on the order results arrived in, on how tasks are split into shards,
+on concurrency, or on rollouts journaled beyond it (a run killed mid-round replans the same
+rounds from its journal). The rollout stage asks it what to sample next; the stages after it
+can ask it which rollouts a complete task has and what was decided.
+
+A failed rollout in a task's prefix is known (it is not sampled again in that run) but gives no
+reward: the test treats it like a rollout still to come (K - ok rollouts are unknown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rewardprof.core.adaptive import DEFAULT_DELTA, bayes_stop, posterior_fn_for
+from rewardprof.core.keep_rules import OpenTasks, decision_range
+from rewardprof.core.posterior import MixturePrior
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """mode exact | bayes; `first`: the first round per task; then `round_size` at a time."""
+
+    mode: str
+    first: int
+    round_size: int = 2
+    delta: float = DEFAULT_DELTA
+    group_size: int = 8
+    ci_level: float = 0.95
+    signal_threshold: float = 0.1
+
+
+@dataclass(frozen=True)
+class Records:
+    """Known rollout results, one per (task, rollout_index) (the journal's winners): task
+    position (0..T-1), rollout_index, reward (NaN: failed)."""
+
+    pos: np.ndarray
+    rollout_index: np.ndarray
+    reward: np.ndarray
+
+
+@dataclass
+class Plan:
+    """Per task: rollouts 0..planned-1 are needed; `done`: the decision is settled (or K is
+    reached) on them; `keep`: that decision (the most likely one at K under bayes)."""
+
+    planned: np.ndarray
+    done: np.ndarray
+    stopped_early: np.ndarray
+    keep: np.ndarray
+
+    def missing(self, records: Records) -> tuple[np.ndarray, np.ndarray]:
+        """(task position, rollout index) of the planned rollouts not among `records`: what to
+        sample next, in task then index order."""
+        width = int(self.planned.max(initial=0)) + 1
+        owner = np.repeat(np.arange(len(self.planned)), self.planned)
+        first = np.cumsum(self.planned) - self.planned
+        idx = np.arange(len(owner)) - first[owner]
+        have = np.isin(owner * width + idx, records.pos * width + records.rollout_index)
+        return owner[~have], idx[~have]
+
+
+def _uses_posterior(ex) -> bool:
+    return ex.min_expected_signal is not None or ex.min_signal_probability is not None
+
+
+def _prefix_stats(records: Records, n_t: np.ndarray, pass_threshold: float):
+    """Over each task's records below its round size: (complete prefix, ok, passes, distinct
+    rewards, all rewards 0/1)."""
+    size = len(n_t)
+    below = records.rollout_index < n_t[records.pos]
+    pos, reward = records.pos[below], records.reward[below]
+    present = np.bincount(pos, minlength=size)  # one record per (task, index): see Records
+    ok = ~np.isnan(reward)
+    n_ok = np.bincount(pos[ok], minlength=size)
+    passes = np.bincount(pos[ok & (reward >= pass_threshold)], minlength=size)
+    values = pd.DataFrame({"pos": pos[ok], "v": np.round(reward[ok], 9)})
+    distinct = values.groupby("pos")["v"].nunique().reindex(range(size), fill_value=0).to_numpy()
+    non_binary = np.bincount(pos[ok & ~np.isin(reward, [0.0, 1.0])], minlength=size)
+    return present >= n_t, n_ok, passes, distinct, non_binary == 0
+
+
+def plan(
+    settings: AdaptiveSettings,
+    ex,
+    num_repeats: np.ndarray,
+    labels: np.ndarray,
+    records: Records,
+    priors: dict[str, MixturePrior] | None = None,
+    pass_threshold: float = 1.0,
+) -> Plan:
+    """The plan for every task given the known results (see the module doc). `ex`: the export
+    config (keep rules); `priors`: label -> prior, needed by bayes and by posterior rules."""
+    if settings.mode not in ("exact", "bayes"):
+        raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
+    if settings.mode == "exact" and _uses_posterior(ex):
+        raise ValueError(
+            "adaptive mode exact cannot settle posterior keep rules (min_expected_signal, "
+            "min_signal_probability): their prior depends on rollouts not yet sampled; use bayes"
+        )
+    k = np.asarray(num_repeats, dtype=np.int64)
+    labels = np.asarray(labels, dtype=object)
+    n_t = np.minimum(settings.first, k)
+    done = np.zeros(len(k), dtype=bool)
+    keep = np.zeros(len(k), dtype=bool)
+    waiting = np.zeros(len(k), dtype=bool)
+    while True:
+        open_ = ~done & ~waiting
+        if not open_.any():
+            break
+        complete, n_ok, passes, distinct, binary = _prefix_stats(records, n_t, pass_threshold)
+        waiting |= open_ & ~complete
+        test = open_ & complete
+        settled, kept = _settled(
+            settings, ex, k, labels, priors, n_ok, passes, distinct, binary, test
+        )
+        finished = test & (settled | (n_t >= k))
+        done |= finished
+        keep[finished] = kept[finished]
+        grow = test & ~finished
+        n_t = np.where(grow, np.minimum(n_t + settings.round_size, k), n_t)
+    return Plan(n_t, done, done & (n_t < k), keep)
+
+
+def _settled(settings, ex, k, labels, priors, n_ok, passes, distinct, binary, test):
+    """(settled, keep) for the tasks in `test` (other entries are False), computed once per
+    distinct state (label, K, ok rollouts, passes, variance, 0/1 rewards)."""
+    settled = np.zeros(len(k), dtype=bool)
+    keep = np.zeros(len(k), dtype=bool)
+    rows = np.flatnonzero(test)
+    if not len(rows):
+        return settled, keep
+    label_code = pd.factorize(labels[rows])[0].astype(np.int64)
+    width = int(k.max()) + 1
+    key = label_code
+    for part in (k[rows], n_ok[rows], passes[rows]):
+        key = key * width + part
+    key = (key * 2 + (distinct[rows] > 1)) * 2 + binary[rows]
+    _, first, codes = np.unique(key, return_index=True, return_inverse=True)
+    codes = codes.reshape(-1)
+    reps = rows[first]  # one task per distinct state
+    s_rep, k_rep = _settled_states(
+        settings, ex, k, labels, priors, n_ok, passes, distinct, binary, reps
+    )
+    settled[rows] = s_rep[codes]
+    keep[rows] = k_rep[codes]
+    return settled, keep
+
+
+def _settled_states(settings, ex, k, labels, priors, n_ok, passes, distinct, binary, reps):
+    """(settled, keep) per representative task (arrays aligned with reps)."""
+    settled = np.zeros(len(reps), dtype=bool)
+    keep = np.zeros(len(reps), dtype=bool)
+    for label in pd.unique(labels[reps]):
+        at = np.flatnonzero(labels[reps] == label)
+        rows = reps[at]
+        prior = (priors or {}).get(label)
+        if (settings.mode == "bayes" or _uses_posterior(ex)) and prior is None:
+            raise ValueError(f"adaptive: no prior for label {label!r}")
+        post_fn = None
+        if _uses_posterior(ex):
+            post_fn = posterior_fn_for(
+                prior,
+                level=settings.ci_level,
+                group_size=settings.group_size,
+                signal_threshold=settings.signal_threshold,
+            )
+        n, c = n_ok[rows], passes[rows]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
+        cols = {
+            "num_rollouts": n,
+            "pass_rate": rate,
+            "has_variance": distinct[rows] > 1,
+            "grpo_signal": 1.0 - rate**settings.group_size - (1.0 - rate) ** settings.group_size,
+            "label": np.full(len(rows), label, dtype=object),
+        }
+        if post_fn is not None:
+            cols.update(post_fn(n, c))
+        unknown = k[rows] - n
+        can_keep, can_drop = decision_range(
+            ex, OpenTasks(cols, c, unknown, binary[rows]), settings.group_size, post_fn
+        )
+        exact = can_keep != can_drop
+        settled[at] = exact
+        # a task at K whose failures leave it undecided keeps per on_undecided
+        keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
+        if settings.mode == "bayes":
+            by_k = np.flatnonzero(binary[rows] & ~exact)
+            for kk in np.unique(k[rows][by_k]):
+                sel = by_k[k[rows][by_k] == kk]
+                stop, kept, _ = bayes_stop(
+                    ex,
+                    prior,
+                    n[sel],
+                    c[sel],
+                    int(kk),
+                    settings.group_size,
+                    settings.delta,
+                    label,
+                    post_fn,
+                )
+                settled[at[sel]] = stop & (n[sel] < kk) | exact[sel]
+                keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
+    return settled, keep

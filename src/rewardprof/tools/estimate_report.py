@@ -1,0 +1,83 @@
+"""The markdown of a sizing estimate (tools/estimate.py computes it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _md_cell(value: Any) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, int | float) else str(value)
+
+
+def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return out + ["| " + " | ".join(_md_cell(r.get(c)) for c in cols) + " |" for r in rows]
+
+
+def to_markdown(res: dict[str, Any]) -> str:
+    p, t, tot = res["pilot"], res["target"], res["total"]
+    lines = [
+        f"# Sizing estimate: {t['run']} from pilot {p['run_dir']}",
+        "",
+        f"Pilot: {p['rollouts']:,} rollouts in {p['jobs']} rollout job(s), "
+        f"{p['gpu_hours']} GPU-hours of generation ({p['gpus_per_engine']} GPU(s) per "
+        f"engine): {p['rollouts_per_gpu_hour']:,} rollouts and "
+        f"{p['output_tokens_per_gpu_hour']:,} output tokens per GPU-hour; startup "
+        f"overhead {p['startup_overhead_s']} s per job; GPU-hours split over labels by "
+        f"{'output tokens' if p.get('cost_by', 'tokens') == 'tokens' else 'latency'}.",
+        "",
+        "## Pilot, per label",
+        "",
+    ]
+    lines += _md_table(
+        res["pilot_labels"],
+        [
+            "label",
+            "environment",
+            "tasks",
+            "rollouts",
+            "mean_output_tokens",
+            "cost_share",
+            "rollouts_per_gpu_hour",
+            "useful_fraction_at_pilot_k",
+        ],
+    )
+    lines += [
+        "",
+        f"## Full config on {t['gpus']} GPU(s) ({t['engines']} engine(s), "
+        f"{t['rollout_jobs']} rollout jobs in {t['waves']} wave(s))",
+        "",
+    ]
+    lines += _md_table(
+        res["labels"],
+        [
+            "label",
+            "basis",
+            "tasks",
+            "num_repeats",
+            "rollouts",
+            "rollouts_per_gpu_hour",
+            "gpu_hours",
+            "gpu_hours_exact",
+            "gpu_hours_bayes",
+            "useful_fraction",
+            "useful_fraction_low",
+            "useful_fraction_high",
+            "useful_tasks",
+            "useful_tasks_per_gpu_hour",
+        ],
+    )
+    lines += [
+        "",
+        f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
+        f"{tot['gpu_hours']:,} GPU-hours of generation "
+        f"({tot['gpu_hours_with_startup']:,} with engine startup), "
+        f"wall time ≈ {tot['wall_hours']:,} h on {t['gpus']} GPU(s); "
+        f"≈ {tot['useful_tasks']:,} useful tasks (K rollouts not all equal; 95 % interval "
+        f"{tot['useful_tasks_low']:,} to {tot['useful_tasks_high']:,}), "
+        f"{tot['useful_tasks_per_gpu_hour']} per GPU-hour. With adaptive sampling (expected, "
+        f"under each label's fitted prior): exact {tot['gpu_hours_exact']:,} GPU-hours, "
+        f"bayes {tot['gpu_hours_bayes']:,}.",
+        "",
+    ]
+    return "\n".join(lines)

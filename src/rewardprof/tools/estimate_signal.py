@@ -1,0 +1,133 @@
+"""What a pilot says about the full sweep's tasks: the useful fraction at the target K with an
+interval, and the rollouts adaptive sampling would spend.
+
+Useful fraction at K: the share of tasks whose K rollouts are not all equal (so GRPO, and the
+export's default rules, can use them). Under a label's prior (core/posterior.py, fitted on the
+pilot's per-task (rollouts, passes)) it is E[1 - p^K - (1-p)^K] over the prior: a task of the
+full sweep is a new draw from the label. The interval is a profile-likelihood interval: the
+smallest and largest useful fraction over the priors whose marginal log-likelihood of the pilot
+is within chi2_1(level) / 2 of the maximum (1.92 at 95 %). An all-fail pilot thus gives
+[0, upper bound] rather than "no useful task": 12 tasks x 4 rollouts, all failed, still allow a
+large share of tasks with a small pass rate.
+
+Adaptive rollouts: the expected rollouts per task of the `exact` and `bayes` stopping tests
+(core/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
+states round by round (each state's next round from its posterior predictive), no simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from statistics import NormalDist
+
+import numpy as np
+
+from rewardprof.core.adaptive import (
+    DEFAULT_DELTA,
+    DEFAULT_MIN_ROLLOUTS,
+    EXACT_FIRST_ROUND,
+    bayes_stop,
+    exact_stop,
+)
+from rewardprof.core.betafn import nelder_mead
+from rewardprof.core.posterior import (
+    MixturePrior,
+    fit_prior,
+    grouped_counts,
+    log_likelihood,
+    posterior,
+    prior_as_posterior,
+    prior_from_theta,
+    theta_of,
+)
+
+ROUND_SIZE = 2  # rollouts per task per adaptive round after the first
+
+
+def useful_at(prior: MixturePrior, k: int) -> float:
+    """E[1 - p^K - (1-p)^K] under the prior."""
+    return prior_as_posterior(prior).expected_signal(k)
+
+
+def likelihood_range(
+    counts: list[tuple[int, int]], fn: Callable[[MixturePrior], float], level: float = 0.95
+) -> tuple[float, float]:
+    """(min, max) of fn over the priors within chi2_1(level)/2 log-likelihood of the best fit."""
+    n = [x[0] for x in counts]
+    c = [x[1] for x in counts]
+    pairs, weights = grouped_counts(n, c)
+    best = fit_prior(n, c)
+    point = fn(best)
+    if not pairs:
+        return 0.0, 1.0  # nothing scored: nothing known
+    floor = log_likelihood(best, pairs, weights) - NormalDist().inv_cdf(0.5 + level / 2) ** 2 / 2
+
+    def gap(prior: MixturePrior) -> float:
+        return max(0.0, floor - log_likelihood(prior, pairs, weights))
+
+    starts = [
+        theta_of(best),
+        [-6.0, -6.0, math.log(0.5), math.log(8.0)],  # mostly small pass rates
+        [-6.0, -6.0, math.log(8.0), math.log(0.5)],  # mostly large
+        [0.0, 0.0, 0.0, 0.0],
+    ]
+    lo, hi = point, point
+    for sign in (1.0, -1.0):
+        for start in starts:
+            theta = nelder_mead(
+                lambda t, sign=sign: (
+                    sign * fn(prior_from_theta(t)) + 50.0 * gap(prior_from_theta(t))
+                ),
+                start,
+                step=1.0,
+            )
+            prior = prior_from_theta(theta)
+            if gap(prior) < 1e-3:  # inside the likelihood region (to the optimizer's tolerance)
+                lo, hi = min(lo, fn(prior)), max(hi, fn(prior))
+    return lo, hi
+
+
+def useful_prediction(counts: list[tuple[int, int]], k: int, level: float = 0.95) -> dict:
+    """Point estimate and interval of the useful fraction at K, and the fitted prior."""
+    prior = fit_prior([x[0] for x in counts], [x[1] for x in counts])
+    lo, hi = likelihood_range(counts, lambda pr: useful_at(pr, k), level)
+    return {"useful_fraction": useful_at(prior, k), "low": lo, "high": hi, "prior": prior}
+
+
+def expected_rollouts(
+    prior: MixturePrior, k: int, stop: Callable[[int, np.ndarray], np.ndarray], first: int
+) -> float:
+    """Expected rollouts per task when a task stops where stop(n, c) says, sampling `first`
+    rollouts, then ROUND_SIZE at a time, up to k; tasks drawn from the prior."""
+    n = min(first, k)
+    probs = prior_as_posterior(prior).predictive(n)  # P(c passes in the first n)
+    total = 0.0
+    while True:
+        cs = np.flatnonzero(probs > 1e-15)
+        done = stop(n, cs) | (n >= k)
+        total += n * float(probs[cs[done]].sum())
+        going = cs[~done]
+        if not len(going):
+            return total
+        step = min(ROUND_SIZE, k - n)
+        nxt = np.zeros(n + step + 1)
+        for c in going:
+            nxt[c : c + step + 1] += probs[c] * posterior(prior, n, int(c)).predictive(step)
+        probs, n = nxt, n + step
+
+
+def adaptive_rollouts(ex, prior: MixturePrior, k: int, group_size: int) -> dict[str, float]:
+    """Expected share of k rollouts per task under exact and bayes (default delta and first
+    round), for 0/1 rewards under the export rules `ex`."""
+
+    def exact(n: int, cs: np.ndarray) -> np.ndarray:
+        return exact_stop(ex, np.full(len(cs), n), cs, k, group_size)[0]
+
+    def bayes(n: int, cs: np.ndarray) -> np.ndarray:
+        return bayes_stop(ex, prior, np.full(len(cs), n), cs, k, group_size, DEFAULT_DELTA)[0]
+
+    return {
+        "exact": expected_rollouts(prior, k, exact, EXACT_FIRST_ROUND) / k,
+        "bayes": expected_rollouts(prior, k, bayes, DEFAULT_MIN_ROLLOUTS) / k,
+    }

@@ -1,0 +1,129 @@
+"""The round planner: fixed-K decisions under exact, and a plan that depends on the rewards
+alone (not on arrival order, shard split, rollouts past the plan, or where a run was killed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rewardprof.core.adaptive import keep_at
+from rewardprof.core.adaptive_plan import AdaptiveSettings, Records, plan
+from rewardprof.core.config import Export
+from rewardprof.core.posterior import MixturePrior
+
+K = 16
+EXACT = AdaptiveSettings("exact", first=2, round_size=2)
+BAYES = AdaptiveSettings("bayes", first=4, round_size=2, delta=0.05)
+PRIORS = {"a": MixturePrior(0.5, 0.2, 1.0, 1.0)}
+
+
+def _paths(seed: int, tasks: int = 600) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    u = rng.random(tasks)
+    p = np.where(u < 0.5, 0.0, np.where(u < 0.7, 1.0, rng.random(tasks)))
+    return (rng.random((tasks, K)) < p[:, None]).astype(float)
+
+
+def _run(settings, rewards: np.ndarray, start: Records | None = None, ex=None) -> tuple:
+    """The rollout loop: plan, sample what is missing (reveal it from `rewards`), repeat."""
+    tasks = len(rewards)
+    pos = start.pos if start else np.zeros(0, np.int64)
+    idx = start.rollout_index if start else np.zeros(0, np.int64)
+    k, labels = np.full(tasks, K), np.full(tasks, "a", dtype=object)
+    while True:
+        records = Records(pos, idx, rewards[pos, idx])
+        p = plan(settings, ex or Export(), k, labels, records, PRIORS)
+        if p.done.all():
+            return p, records
+        new_pos, new_idx = p.missing(records)
+        assert len(new_pos), "a plan that is not done must ask for rollouts"
+        pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
+
+
+def test_exact_plan_decides_as_fixed_k_with_fewer_rollouts():
+    rewards = _paths(1)
+    p, records = _run(EXACT, rewards)
+    fixed = keep_at(Export(), K, rewards.sum(axis=1).astype(int), 8)
+    assert (p.keep == fixed).all()
+    assert len(records.pos) == p.planned.sum() < rewards.size * 0.9
+    # the band rules too
+    band = Export(min_pass_rate=0.2, max_pass_rate=0.8)
+    p, _ = _run(EXACT, rewards, ex=band)
+    assert (p.keep == keep_at(band, K, rewards.sum(axis=1).astype(int), 8)).all()
+
+
+@pytest.mark.parametrize("settings", [EXACT, BAYES], ids=["exact", "bayes"])
+def test_plan_depends_on_the_rewards_alone(settings):
+    rewards = _paths(2)
+    final, records = _run(settings, rewards)
+    rng = np.random.default_rng(3)
+    k, labels = np.full(len(rewards), K), np.full(len(rewards), "a", dtype=object)
+
+    def replan(r: Records):
+        return plan(settings, Export(), k, labels, r, PRIORS)
+
+    # arrival order
+    order = rng.permutation(len(records.pos))
+    shuffled = Records(records.pos[order], records.rollout_index[order], records.reward[order])
+    again = replan(shuffled)
+    assert (again.planned == final.planned).all() and (again.keep == final.keep).all()
+    # every rollout journaled (e.g. by a fixed-K run): the plan ignores those past it
+    every = np.repeat(np.arange(len(rewards)), K), np.tile(np.arange(K), len(rewards))
+    full = replan(Records(*every, rewards[every]))
+    assert (full.planned == final.planned).all() and (full.keep == final.keep).all()
+    # a shard of the tasks plans its tasks as the whole run does
+    shard = np.arange(len(rewards)) % 3 == 1
+    local = np.cumsum(shard) - 1
+    mine = shard[records.pos]
+    part = plan(
+        settings,
+        Export(),
+        k[shard],
+        labels[shard],
+        Records(local[records.pos[mine]], records.rollout_index[mine], records.reward[mine]),
+        PRIORS,
+    )
+    assert (part.planned == final.planned[shard]).all() and (part.keep == final.keep[shard]).all()
+    # killed mid-run with a random part of the rollouts journaled: the rerun ends the same
+    kept = rng.random(len(records.pos)) < 0.4
+    killed = Records(records.pos[kept], records.rollout_index[kept], records.reward[kept])
+    resumed, resumed_records = _run(settings, rewards, start=killed)
+    assert (resumed.planned == final.planned).all() and (resumed.keep == final.keep).all()
+    assert len(resumed_records.pos) == len(records.pos)
+
+
+def test_failed_rollouts_are_unknown_not_zero():
+    nan = np.nan
+    k, labels = np.array([2, 4, 4]), np.array(["a"] * 3, dtype=object)
+    # task 0: a failure and a pass at K = 2: undecided -> kept (on_undecided: keep), done
+    # task 1: a fail (reward 0), a failure, then a pass: one pass and one fail settle keep
+    # task 2: two failures in the first round: nothing known, so the next round is needed
+    pos = np.array([0, 0, 1, 1, 1, 1, 2, 2])
+    idx = np.array([0, 1, 0, 1, 2, 3, 0, 1])
+    reward = np.array([nan, 1.0, 0.0, nan, 1.0, 1.0, nan, nan])
+    p = plan(EXACT, Export(), k, labels, Records(pos, idx, reward))
+    assert p.done.tolist() == [True, True, False]
+    assert p.keep[:2].all() and p.planned.tolist() == [2, 4, 4]
+    assert p.missing(Records(pos, idx, reward))[1].tolist() == [2, 3]  # task 2's next round
+    # task 1 with only its first round: 0 and a failure settle nothing yet
+    p = plan(EXACT, Export(), k, labels, Records(pos[:4], idx[:4], reward[:4]))
+    assert not p.done[1] and p.planned[1] == 4
+    drop = Export(on_undecided="drop")
+    assert not plan(EXACT, drop, k[:1], labels[:1], Records(pos[:2], idx[:2], reward[:2])).keep[0]
+
+
+def test_partial_credit_settles_once_two_values_are_seen():
+    k, labels = np.array([8, 8]), np.array(["a", "a"], dtype=object)
+    pos, idx = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    reward = np.array([0.0, 0.5, 0.5, 0.5])
+    p = plan(EXACT, Export(), k, labels, Records(pos, idx, reward))
+    assert p.done.tolist() == [True, False] and p.keep[0] and p.stopped_early[0]
+
+
+def test_plan_refuses_what_it_cannot_settle():
+    k, labels, none = np.array([4]), np.array(["a"], dtype=object), Records(*[np.zeros(0)] * 3)
+    with pytest.raises(ValueError, match="cannot settle posterior keep rules"):
+        plan(EXACT, Export(min_signal_probability=0.5), k, labels, none)
+    rec = Records(np.zeros(4, np.int64), np.arange(4), np.zeros(4))
+    with pytest.raises(ValueError, match="no prior for label 'a'"):
+        plan(BAYES, Export(), k, labels, rec, priors={})
