@@ -28,7 +28,7 @@ from rewardprof.core.config import (
 from rewardprof.core.errors import RewardprofError
 from rewardprof.engine import model
 from rewardprof.stages import StagePaths
-from rewardprof.tools import check, estimate, launch, slurm_config
+from rewardprof.tools import check, estimate, launch, slurm_config, status
 
 
 class Command(NamedTuple):
@@ -278,6 +278,12 @@ COMMANDS: tuple[Command, ...] = (
         "verify the invariants of a run directory (read-only)",
         check.add_arguments,
         check.run_command,
+    ),
+    Command(
+        "status",
+        "progress of a run: per shard and overall (read-only; works on a login node)",
+        status.add_arguments,
+        status.run_command,
     ),
 )
 

@@ -141,6 +141,9 @@ class Rollout(StrictModel, RetryOptions):
     """Per-request timeout; past it the attempt fails as a timeout."""
     retry_budget_s: PositiveFloat = 1800
     """Most time one request may spend retrying, in total."""
+    endpoint_down_s: PositiveFloat = 60.0
+    """Stop the rollout job, with the last error on one line, once every request has failed
+    with a connection error for this long (the endpoint is gone; a rerun continues)."""
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.01
     """Share of a shard's rollouts that may fail terminally and still complete it (failures stay
     visible per task in the profile); over it the job fails and a rerun retries them."""

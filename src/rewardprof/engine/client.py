@@ -6,6 +6,9 @@ errors (connection, timeout, 5xx, 429, malformed body) are retried with exponent
 jitter, honouring Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors
 (context length, other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server
 that returns fewer choices than asked is asked again, at once, for the missing ones only.
+While no request gets any answer (`EndpointLiveness`), a request whose attempts all ended in
+connection errors is not recorded as failed: it keeps asking until the endpoint answers again or
+the rollout job stops on `rollout.endpoint_down_s`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import aiohttp
 from rewardprof.core.config import Rollout
 from rewardprof.core.schemas import FailureKind, TokensSource
 from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, redact, with_retries
+from rewardprof.engine.liveness import EndpointLiveness
 
 
 @dataclass
@@ -96,8 +100,10 @@ class ChatClient:
         api_key: str | None,
         settings: Rollout,
         rng: random.Random | None = None,
+        liveness: EndpointLiveness | None = None,
     ):
         self.session = session
+        self.liveness = liveness  # told how every attempt ended (a dead endpoint stops a job)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.headers = {"Content-Type": "application/json"}
         if api_key:
@@ -113,14 +119,26 @@ class ChatClient:
         self.rng = rng or random.Random()
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        text = await post_json(
-            self.session,
-            self.url,
-            body,
-            self.settings.request_timeout_s,
-            self.headers,
-            secret=self._secret,
-        )
+        token = self.liveness.attempt_started() if self.liveness else 0
+        answered, refused = False, None
+        try:
+            text = await post_json(
+                self.session,
+                self.url,
+                body,
+                self.settings.request_timeout_s,
+                self.headers,
+                secret=self._secret,
+            )
+            answered = True
+        except AttemptError as exc:
+            answered = exc.kind not in (FailureKind.CONNECTION_ERROR, FailureKind.TIMEOUT)
+            if exc.kind == FailureKind.CONNECTION_ERROR:
+                refused = self.redact(exc.detail)
+            raise
+        finally:
+            if self.liveness:
+                self.liveness.attempt_ended(token, answered, refused)
         try:
             return json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -137,7 +155,7 @@ class ChatClient:
         result = ChatResult()
 
         async def attempt(number: int) -> None:
-            result.attempts = number
+            result.attempts += 1  # over every round (see the loop below)
             # Missing choices are asked for again from the first missing index, so every
             # choice keeps the seed it would have had in the original request.
             first = pending[0]
@@ -167,11 +185,19 @@ class ChatClient:
 
         if not pending:  # nothing asked for
             return result
-        try:
-            await with_retries(attempt, self.policy, self.rng)
-        except AttemptError as exc:
-            result.failure, result.detail = exc.kind, self.redact(exc.detail)
-        return result
+        while True:
+            try:
+                await with_retries(attempt, self.policy, self.rng)
+            except AttemptError as exc:
+                if exc.kind == FailureKind.CONNECTION_ERROR and self._endpoint_failing():
+                    # nobody gets an answer: not this rollout's failure but the endpoint's;
+                    # ask again until it answers or the job stops (rollout.endpoint_down_s)
+                    continue
+                result.failure, result.detail = exc.kind, self.redact(exc.detail)
+            return result
+
+    def _endpoint_failing(self) -> bool:
+        return self.liveness is not None and self.liveness.failing_since is not None
 
     def redact(self, text: str) -> str:
         """Error text as recorded: the API key never reaches a record, a log or an exception."""
