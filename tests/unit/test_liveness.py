@@ -12,6 +12,7 @@ from rewardprof.engine.liveness import (
     CONNECTED_AFTER_S,
     EndpointDown,
     EndpointLiveness,
+    is_connect_failure,
     run_while_alive,
 )
 
@@ -106,3 +107,9 @@ def test_run_while_alive_returns_the_result_of_work_that_finishes():
         return await run_while_alive(work(), live, "x")
 
     assert asyncio.run(main()) == 7
+
+
+def test_only_a_connection_never_made_counts_as_the_endpoint_gone():
+    assert is_connect_failure("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
+    assert not is_connect_failure("ClientPayloadError: Response payload is not completed")
+    assert not is_connect_failure("ServerDisconnectedError: Server disconnected")

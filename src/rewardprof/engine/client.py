@@ -24,7 +24,7 @@ import aiohttp
 from rewardprof.core.config import Rollout
 from rewardprof.core.schemas import FailureKind, TokensSource
 from rewardprof.engine.http_retry import AttemptError, RetryPolicy, post_json, redact, with_retries
-from rewardprof.engine.liveness import EndpointLiveness
+from rewardprof.engine.liveness import EndpointLiveness, is_connect_failure
 
 
 @dataclass
@@ -133,7 +133,7 @@ class ChatClient:
             answered = True
         except AttemptError as exc:
             answered = exc.kind not in (FailureKind.CONNECTION_ERROR, FailureKind.TIMEOUT)
-            if exc.kind == FailureKind.CONNECTION_ERROR:
+            if exc.kind == FailureKind.CONNECTION_ERROR and is_connect_failure(exc.detail):
                 refused = self.redact(exc.detail)
             raise
         finally:

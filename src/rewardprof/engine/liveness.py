@@ -1,7 +1,8 @@
 """Is the engine endpoint still there? A rollout job stops early when it is not.
 
 Every HTTP attempt of the rollout client reports here: an answer of any kind (even a 500) shows
-the server is up; a connection error (refused, reset) does not. The endpoint counts as down when
+the server is up; a connection that cannot be made (refused, no route: `is_connect_failure`)
+shows it is not. A connection cut mid-answer or a timeout says neither. The endpoint counts as down when
 every attempt since the first connection error after the last answer has failed with a
 connection error, no attempt has been in flight for longer than a connect takes (an attempt
 that has waited `CONNECTED_AFTER_S` got a connection: generating is slow, connecting to a dead
@@ -22,6 +23,13 @@ from rewardprof.core.errors import RewardprofError
 
 CONNECTED_AFTER_S = 5.0
 T = TypeVar("T")
+
+
+def is_connect_failure(detail: str) -> bool:
+    """Whether a connection_error's detail (`<exception type>: <text>`, engine/http_retry.py)
+    says no connection could be made at all: aiohttp's ClientConnectorError (refused, no route,
+    unknown host). A cut connection (ServerDisconnectedError, ClientPayloadError) is not."""
+    return detail.startswith(("ClientConnectorError", "ConnectionRefusedError"))
 
 
 class EndpointDown(RewardprofError, RuntimeError):
