@@ -2,8 +2,8 @@
 
 Every HTTP attempt of the rollout client reports here: an answer of any kind (even a 500) shows
 the server is up; a connection that cannot be made (refused, no route: `is_connect_failure`)
-shows it is not. A connection cut mid-answer or a timeout says neither. The endpoint counts as down when
-every attempt since the first connection error after the last answer has failed with a
+shows it is not. A connection cut mid-answer or a timeout says neither. The endpoint counts as
+down when every attempt since the first connection error after the last answer has failed with a
 connection error, no attempt has been in flight for longer than a connect takes (an attempt
 that has waited `CONNECTED_AFTER_S` got a connection: generating is slow, connecting to a dead
 port is not), and that has lasted `down_after_s`
