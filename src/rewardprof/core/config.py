@@ -26,6 +26,7 @@ from pydantic import (
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -82,6 +83,15 @@ class Entry(StrictModel):
                 f"at most {MAX_NUM_REPEATS} rollouts per task (the rollout index "
                 f"takes the low 12 bits of each rollout's seed, docs/robustness.md)"
             )
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options_stay_small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # before anything copies or writes them out: an anchor bomb expands to billions
+        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
+        if problem:
+            raise ValueError(problem)
         return v
 
 
