@@ -136,15 +136,22 @@ def _held_mid_run(server: FakeOpenAI, layout: RunLayout, served: int) -> None:
 def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
     layout, config = _run_dir(tmp_path, server.base_url)
     server.hold_after(3)
-    job = _rollout(layout, config, 0, tmp_path / "logs" / "0.log")
+    log = tmp_path / "logs" / "0.log"
+    job = _rollout(layout, config, 0, log)
     try:
         _held_mid_run(server, layout, 3)
         st = collect(layout.root)
         text = _status_cli(layout)
+        # the log gets its line every interval also while no rollout finishes (held)
+        stalled = "[s0of2] 6/20 rollouts, "
+        _wait_for(
+            lambda: sum(ln.startswith(stalled) for ln in log.read_text().splitlines()) >= 3,
+            "progress lines while requests are held",
+        )
     finally:
         server.hold_after(None)  # let the job finish
     out, _ = job.communicate(timeout=120)
-    assert job.returncode == 0, (tmp_path / "logs" / "0.log").read_text()
+    assert job.returncode == 0, log.read_text()
 
     # mid-run: 3 requests of 2 rollouts answered, the rest held
     s0, s1 = st["shards"]
