@@ -8,6 +8,7 @@ from rewardprof.core.config import Config
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.stages.rollout.journal import JournalLocked
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:
@@ -21,10 +22,15 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
     beat = ShardHeartbeat.for_output(out, cfg.rollout.progress_interval_s)
     if beat is not None:
-        beat.write(state="starting")  # serve mode: the engine takes minutes to load
+        beat.write(state="starting")
+        beat.beat_while_starting()  # serve mode: the engine takes minutes to load
     try:
         with engine_session(cfg, paths.engine_log) as endpoint:
             summary = run_shard(cfg, endpoint, tasks, journal, out, tag, heartbeat=beat)
+    except JournalLocked:
+        if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
+            beat.data["state"] = "refused"
+        raise
     except BaseException as exc:
         if beat is not None:
             # SIGTERM (scancel, Snakemake stopping) arrives as SystemExit

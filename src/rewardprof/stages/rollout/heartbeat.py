@@ -12,8 +12,10 @@ whole run's progress line they print.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.layout import RunLayout, parse_shard_name
 
 LIVE_STATES = ("starting", "running")
+log = logging.getLogger("rewardprof.stages.rollout")
 
 
 class ShardHeartbeat:
@@ -37,6 +40,8 @@ class ShardHeartbeat:
             "started_at": time.time(),
             "interval_s": interval_s,
         }
+        self._lock = threading.Lock()
+        self._warned = False
 
     @classmethod
     def for_output(cls, out: Path, interval_s: float) -> ShardHeartbeat | None:
@@ -50,8 +55,35 @@ class ShardHeartbeat:
         return cls(layout, i, n, interval_s)
 
     def write(self, **fields: Any) -> None:
-        self.data.update(fields, updated_at=time.time())
-        write_json_atomic(self.path, self.data)
+        """Update the fields and rewrite the file. A heartbeat that cannot be written (a full
+        or flaky filesystem) is logged once and never fails the job: the journal is what
+        counts."""
+        with self._lock:
+            self.data.update(fields, updated_at=time.time())
+            try:
+                write_json_atomic(self.path, self.data)
+            except OSError as exc:
+                if not self._warned:
+                    log.warning(
+                        "%s: heartbeat not written (%s); status may call it lost", self.path, exc
+                    )
+                    self._warned = True
+
+    def beat_while_starting(self) -> threading.Thread:
+        """Rewrite the heartbeat every interval from a thread while the state is `starting`
+        (serve mode loads the engine for minutes before the first rollout, and the job is
+        alive all that time); the thread ends by itself once the state moves on."""
+
+        def loop() -> None:
+            while True:
+                time.sleep(self.data["interval_s"])
+                if self.data.get("state") != "starting":
+                    return
+                self.write()
+
+        thread = threading.Thread(target=loop, name="heartbeat", daemon=True)
+        thread.start()
+        return thread
 
     def run_progress_line(self) -> str:
         """One line on the whole run's rollouts, from every shard's heartbeat (see module)."""
