@@ -73,7 +73,12 @@ def test_snakemake_output_shows_the_runs_progress_and_status_follows(tmp_path):
             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
         )
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+
+        def read() -> None:
+            for ln in proc.stdout:
+                lines.append(ln)
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
             _wait_for(
