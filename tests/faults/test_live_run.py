@@ -148,6 +148,11 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
             lambda: sum(ln.startswith(stalled) for ln in log.read_text().splitlines()) >= 3,
             "progress lines while requests are held",
         )
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "rewardprof.cli", "status", str(layout.root), "--watch", "0.1"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
     finally:
         server.hold_after(None)  # let the job finish
     out, _ = job.communicate(timeout=120)
@@ -173,6 +178,11 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
     job = _rollout(layout, config, 1, tmp_path / "logs" / "1.log")
     job.communicate(timeout=120)
     assert job.returncode == 0
+    # --watch redrew the status until every shard was done, then ended by itself
+    watched, _ = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0
+    snapshots = watched.split("\n\n" + str(layout.root))
+    assert len(snapshots) >= 2 and "2 of 2 done" in snapshots[-1]
     done = json.loads(_status_cli(layout, "--json"))
     assert (done["done"], done["expected"], done["finished"], done["running"]) == (40, 40, 2, 0)
     assert [s["state"] for s in done["shards"]] == ["done", "done"]
