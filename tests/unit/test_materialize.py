@@ -78,6 +78,21 @@ def test_random_sample_is_seeded_uniform_and_keeps_source_order(tmp_path):
         (b"[1, 2]\n", "1: expected a JSON object, got list"),
         (b'{"prompt": "x"}\n', "1: missing field(s) needed by environment 'math'"),
         (b'{"expected_answer": "1"}\n', "1: no prompt"),
+        (
+            b'{"prompt": "x", "expected_answer": "1", "x": '
+            + b"[" * 200_000
+            + b"]" * 200_000
+            + b"}",
+            "1: row nested deeper than 64 levels",
+        ),
+        (
+            b'{"prompt": "x", "expected_answer": "1", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
+            "1: row nested deeper than 64 levels",
+        ),
+        (b'{"question": "What?", "expected_answer": NaN}', "1: malformed JSON (NaN is not a JSON"),
+        (b'{"question": "  ", "expected_answer": "4"}', "1: question: empty; the task would have"),
+        (b'{"question": "What?", "expected_answer": ""}', "1: expected_answer: empty"),
+        (b'{"messages": [{"role": "user", "content": " "}], "expected_answer": "4"}', "1: empty "),
     ],
 )
 def test_bad_rows_fail_with_path_line_and_leave_nothing(tmp_path, content, reason):
@@ -154,35 +169,6 @@ def test_more_bad_rows_than_shown_are_counted(tmp_path):
     lines = str(info.value).splitlines()
     assert len(lines) == 1 + 10 + 1
     assert lines[-1] == f"{a}: ... and 15 more bad rows"
-
-
-@pytest.mark.parametrize(
-    "content, reason",
-    [
-        (
-            b'{"prompt": "x", "expected_answer": "1", "x": '
-            + b"[" * 200_000
-            + b"]" * 200_000
-            + b"}",
-            "1: row nested deeper than 64 levels",
-        ),
-        (
-            b'{"prompt": "x", "expected_answer": "1", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
-            "1: row nested deeper than 64 levels",
-        ),
-        (b'{"question": "What?", "expected_answer": NaN}', "1: malformed JSON (NaN is not a JSON"),
-        (b'{"question": "  ", "expected_answer": "4"}', "1: question: empty; the task would have"),
-        (b'{"question": "What?", "expected_answer": ""}', "1: expected_answer: empty"),
-        (b'{"messages": [{"role": "user", "content": " "}], "expected_answer": "4"}', "1: empty "),
-    ],
-)
-def test_hostile_and_empty_rows_are_one_line_each(tmp_path, content, reason):
-    src = tmp_path / "bad.jsonl"
-    src.write_bytes(content + b"\n")
-    cfg = _cfg([{"label": "a", "environment": "math", "source": str(src)}])
-    with pytest.raises(SourceError) as info:
-        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
-    assert f"{src}:{reason}" in str(info.value).splitlines()[1]
 
 
 def test_nan_answer_in_a_parquet_source(tmp_path):

@@ -8,7 +8,6 @@ later one until the test has seen the line and taken the status."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from harness import shardkit as kit
-from helpers import REPO, endpoint_config, write_config
+from helpers import endpoint_config, popen_snakemake, write_config
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -52,26 +51,7 @@ def test_snakemake_output_shows_the_runs_progress_and_status_follows(tmp_path):
         )
         config = write_config(tmp_path, cfg)
         server.hold_after(1)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "snakemake",
-                "-s",
-                str(REPO / "Snakefile"),
-                "-d",
-                str(tmp_path),
-                "--cores",
-                "2",
-                "--configfile",
-                str(config),
-            ],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-        )
+        proc = popen_snakemake(tmp_path, "--configfile", str(config))
         lines: list[str] = []
 
         def read() -> None:
