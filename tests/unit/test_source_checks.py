@@ -27,7 +27,7 @@ def test_misspelled_generator_task_names_the_nearest(tmp_path):
     with pytest.raises(ConfigError) as err:
         check_sources(cfg, tmp_path)
     assert str(err.value) == (
-        "entries[0].source.task: reasoning_gym has no task 'basic_arithmetc'; "
+        "entries[0].source.task: unknown reasoning_gym task 'basic_arithmetc'; "
         "did you mean basic_arithmetic?"
     )
     check_sources(validate_config({"entries": [_rg_entry("basic_arithmetic")]}), tmp_path)
@@ -39,7 +39,7 @@ def test_validate_command_checks_sources(tmp_path, capsys):
     assert main(["validate", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [
-        "rewardprof validate: error: entries[0].source.task: reasoning_gym has no task "
+        "rewardprof validate: error: entries[0].source.task: unknown reasoning_gym task "
         "'basic_arithmetc'; did you mean basic_arithmetic?"
     ]
     folder = tmp_path / "d.jsonl"

@@ -157,7 +157,7 @@ CASES = {
             ]
         },
         None,
-        "entries[0].source.task: reasoning_gym has no task 'basic_arithmetc'; did you mean "
+        "entries[0].source.task: unknown reasoning_gym task 'basic_arithmetc'; did you mean "
         "basic_arithmetic?",
     ),
     "options_anchor_bomb": (

@@ -88,7 +88,7 @@ def check_generator(source: GeneratorSource, where: str = "source") -> None:
         return
     close = difflib.get_close_matches(source.task, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}?" if close else f"known tasks: {', '.join(names[:20])}, ..."
-    raise GeneratorError(f"{where}.task: {source.generator} has no task {source.task!r}; {hint}")
+    raise GeneratorError(f"{where}.task: unknown {source.generator} task {source.task!r}; {hint}")
 
 
 def generate_rows(source: GeneratorSource) -> Iterator[dict[str, Any]]:
