@@ -197,20 +197,20 @@ def format_status(st: dict[str, Any]) -> str:
 def run_command(args: argparse.Namespace) -> int:
     """`rewardprof status`: print the status once, or redraw it every --watch seconds until
     every shard is done (Ctrl-C stops watching)."""
-    while True:
-        st = collect(args.run_dir, args.num_shards)
-        text = json.dumps(st, indent=2) if args.json else format_status(st)
-        if args.watch and sys.stdout.isatty():
-            print("\x1b[H\x1b[2J", end="")  # redraw in place on a terminal
-        print(text, flush=True)
-        if not args.watch or st["finished"] == st["num_shards"]:
-            return 0
-        try:
+    try:
+        while True:
+            st = collect(args.run_dir, args.num_shards)
+            text = json.dumps(st, indent=2) if args.json else format_status(st)
+            if args.watch and sys.stdout.isatty():
+                print("\x1b[H\x1b[2J", end="")  # redraw in place on a terminal
+            print(text, flush=True)
+            if not args.watch or st["finished"] == st["num_shards"]:
+                return 0
             time.sleep(args.watch)
-        except KeyboardInterrupt:
-            return 0
-        if not sys.stdout.isatty():
-            print(flush=True)
+            if not sys.stdout.isatty():
+                print(flush=True)  # snapshots one blank line apart in a file
+    except KeyboardInterrupt:
+        return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
