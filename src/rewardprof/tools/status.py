@@ -41,14 +41,11 @@ class StatusError(RewardprofError):
 
 
 def _num_shards(layout: RunLayout, given: int | None) -> int:
-    """The shard layout to report: given, else the newest one with heartbeats, else the
-    newest one with shard task files."""
+    """The shard layout to report: given, else the one whose shard files or heartbeats were
+    written last (a reshard writes new shard files before its jobs start)."""
     if given:
         return given
-    beats = heartbeat_layouts(layout)
-    if beats:
-        return max(beats, key=beats.__getitem__)
-    found: dict[int, float] = {}
+    found = heartbeat_layouts(layout)
     if layout.shards_dir.is_dir():
         for p in layout.shards_dir.iterdir():
             if parsed := parse_shard_name(p.name):
