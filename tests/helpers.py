@@ -37,9 +37,8 @@ def math_row(question: str, answer: str) -> dict:
     }
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
-    """Run the real Snakefile in `workdir` (CLI, like a user); returns CompletedProcess."""
-    import subprocess
+def _snakemake_call(workdir: Path, args: tuple[str, ...], env: dict | None):
+    """The command line and environment that run the real Snakefile in `workdir`."""
     import sys
 
     cmd = [
@@ -58,8 +57,32 @@ def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None 
     # the rules call `rewardprof`; make sure the venv's bin is on PATH
     full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '')}"
     full_env.update(env or {})
+    return cmd, full_env
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
+    """Run the real Snakefile in `workdir` (CLI, like a user); returns CompletedProcess."""
+    import subprocess
+
+    cmd, full_env = _snakemake_call(workdir, args, env)
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
+    )
+
+
+def popen_snakemake(workdir: Path, *args: str, env: dict | None = None):
+    """Start the real Snakefile in `workdir` without waiting: a Popen whose stdout carries
+    Snakemake's output and stderr, as a terminal would show them."""
+    import subprocess
+
+    cmd, full_env = _snakemake_call(workdir, args, env)
+    return subprocess.Popen(
+        cmd,
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
     )
 
 

@@ -29,8 +29,9 @@ from rewardprof.core.config import (
 )
 from rewardprof.core.errors import RewardprofError
 from rewardprof.engine import model
+from rewardprof.engine.preflight import check_sources
 from rewardprof.stages import StagePaths
-from rewardprof.tools import check, estimate, launch, slurm_config
+from rewardprof.tools import check, estimate, launch, slurm_config, status
 
 
 class Command(NamedTuple):
@@ -95,6 +96,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     cfg = _config(args)
+    # what a dry run checks too: every file source is a file, every generator has its task
+    check_sources(cfg)
     print(f"ok: run {cfg.run!r}, {len(cfg.entries)} entries, {cfg.num_shards} shards")
     return 0
 
@@ -286,6 +289,12 @@ COMMANDS: tuple[Command, ...] = (
         "verify the invariants of a run directory (read-only)",
         check.add_arguments,
         check.run_command,
+    ),
+    Command(
+        "status",
+        "progress of a run: per shard and overall (read-only; works on a login node)",
+        status.add_arguments,
+        status.run_command,
     ),
 )
 

@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 from harness import shardkit as kit
 from rewardprof.core.config import validate_config
 from rewardprof.stages.rollout.journal import read_rows, scan_journal
-from rewardprof.stages.rollout.runner import _units
+from rewardprof.stages.rollout.shard_tasks import request_units
 from rewardprof.testing.fake_server import FakeOpenAI
 
 SELF_KILL_POINTS = [
@@ -261,14 +261,14 @@ def _kill_group(pid: int) -> None:
 
 
 def _units_needed(tasks: pd.DataFrame, done: pd.DataFrame, max_n: int) -> int:
-    """Requests the attempt needs answered: its units (runner._units) over the missing
+    """Requests the attempt needs answered: its units (shard_tasks.request_units) over the missing
     rollouts."""
     have = set(zip(done["task_index"].astype(int), done["rollout_index"].astype(int), strict=True))
     missing = [
         [r for r in range(int(k)) if (int(ti), r) not in have]
         for ti, k in zip(tasks["task_index"], tasks["num_repeats"], strict=True)
     ]
-    return sum(1 for _ in _units(missing, max_n))
+    return sum(1 for _ in request_units(missing, max_n))
 
 
 def _params(rng: random.Random) -> dict[str, Any]:

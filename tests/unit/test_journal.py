@@ -7,8 +7,8 @@ import pytest
 
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
-from rewardprof.stages.rollout.runner import Unit, _units
 from rewardprof.stages.rollout.seeds import task_seed
+from rewardprof.stages.rollout.shard_tasks import Unit, request_units
 
 
 def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):
@@ -72,7 +72,7 @@ def test_resolve_dedupes_prefers_ok_rekeys_and_ignores_stale(tmp_path):
 
 
 def test_units_group_consecutive_indices_up_to_max_n():
-    units = list(_units([[0, 1, 2, 3], [1, 3, 4], []], max_n=3))
+    units = list(request_units([[0, 1, 2, 3], [1, 3, 4], []], max_n=3))
     assert [(u.pos, u.indices) for u in units] == [(0, [0, 1, 2]), (0, [3]), (1, [1]), (1, [3, 4])]
     assert isinstance(units[0], Unit)
 

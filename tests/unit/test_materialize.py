@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import math_row, write_jsonl
@@ -77,6 +78,21 @@ def test_random_sample_is_seeded_uniform_and_keeps_source_order(tmp_path):
         (b"[1, 2]\n", "1: expected a JSON object, got list"),
         (b'{"prompt": "x"}\n', "1: missing field(s) needed by environment 'math'"),
         (b'{"expected_answer": "1"}\n', "1: no prompt"),
+        (
+            b'{"prompt": "x", "expected_answer": "1", "x": '
+            + b"[" * 200_000
+            + b"]" * 200_000
+            + b"}",
+            "1: row nested deeper than 64 levels",
+        ),
+        (
+            b'{"prompt": "x", "expected_answer": "1", "x": ' + b"[" * 100 + b"]" * 100 + b"}",
+            "1: row nested deeper than 64 levels",
+        ),
+        (b'{"question": "What?", "expected_answer": NaN}', "1: malformed JSON (NaN is not a JSON"),
+        (b'{"question": "  ", "expected_answer": "4"}', "1: question: empty; the task would have"),
+        (b'{"question": "What?", "expected_answer": ""}', "1: expected_answer: empty"),
+        (b'{"messages": [{"role": "user", "content": " "}], "expected_answer": "4"}', "1: empty "),
     ],
 )
 def test_bad_rows_fail_with_path_line_and_leave_nothing(tmp_path, content, reason):
@@ -117,3 +133,58 @@ def test_parquet_source_and_shards_partition(tmp_path):
         assert n == len(idx) and all(x % 3 == i for x in idx)
         seen += idx
     assert sorted(seen) == list(range(10))
+
+
+def test_bad_rows_are_collected_first_ten_per_source_then_a_count(tmp_path):
+    good = math_row("What is 1 + 1?", "2")
+    rows = [good, {"prompt": "x"}] * 8 + [good]  # lines 2, 4, ..., 16 miss the answer
+    a = write_jsonl(tmp_path / "a.jsonl", rows)
+    b = tmp_path / "b.jsonl"
+    b.write_bytes(b'{"expected_answer": "1", "prompt": "x"}\n{"expected_answer": \n[1]\n')
+    cfg = _cfg(
+        [
+            {"label": "a", "environment": "math", "source": str(a)},
+            {"label": "b", "environment": "math", "source": str(b)},
+        ]
+    )
+    with pytest.raises(SourceError) as info:
+        _materialize(cfg, tmp_path / "out" / "t.parquet", tmp_path / "out" / "r.json")
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("10 bad rows in 2 source(s); fix or remove them and rerun")
+    missing = "missing field(s) needed by environment 'math'"
+    assert [ln.split(": ", 1)[0] for ln in lines[1:9]] == [f"{a}:{i}" for i in range(2, 17, 2)]
+    assert all(missing in ln for ln in lines[1:9])
+    assert lines[9:] == [
+        f"{b}:2: malformed JSON (Expecting value)",
+        f"{b}:3: expected a JSON object, got list",
+    ]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_more_bad_rows_than_shown_are_counted(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [{"prompt": f"q{i}"} for i in range(25)])
+    cfg = _cfg([{"label": "a", "environment": "math", "source": str(a)}])
+    with pytest.raises(SourceError) as info:
+        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+    lines = str(info.value).splitlines()
+    assert len(lines) == 1 + 10 + 1
+    assert lines[-1] == f"{a}: ... and 15 more bad rows"
+
+
+def test_nan_answer_in_a_parquet_source(tmp_path):
+    src = tmp_path / "a.parquet"
+    table = pa.table(
+        {"question": ["What?", "Why?"], "expected_answer": pa.array([1.0, float("nan")])}
+    )
+    pq.write_table(table, src)
+    cfg = _cfg([{"label": "a", "environment": "math", "source": str(src)}])
+    with pytest.raises(SourceError) as info:
+        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+    assert f"{src}:2: expected_answer: nan is not a finite number" in str(info.value)
+
+
+def test_a_directory_named_jsonl_is_one_line(tmp_path):
+    (tmp_path / "d.jsonl").mkdir()
+    cfg = _cfg([{"label": "a", "environment": "math", "source": str(tmp_path / "d.jsonl")}])
+    with pytest.raises(SourceError, match="d.jsonl: source of entry 'a' is not a file"):
+        _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")

@@ -34,6 +34,15 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def _bomb(levels: int) -> list:
+    """Lists sharing each level: YAML writes them as anchors and aliases (a file of a few
+    hundred bytes), and they expand to 10^(levels+1) values."""
+    node: list = [1] * 10
+    for _ in range(levels):
+        node = [node] * 10
+    return node
+
+
 # id: (config changes, data file bytes or None, the line expected in the output)
 # Config changes: a dict merged into endpoint_config's kwargs; "entries" replaces the entries.
 CASES = {
@@ -107,6 +116,54 @@ CASES = {
         _line({"expected_answer": "4"}),
         "data/m.jsonl:1: no prompt: expected ",
     ),
+    "row_nested_200000_deep": (
+        {},
+        b'{"question": "q", "expected_answer": "1", "x": '
+        + b"[" * 200_000
+        + b"]" * 200_000
+        + b"}\n",
+        "data/m.jsonl:1: row nested deeper than 64 levels",
+    ),
+    "empty_question": (
+        {},
+        _line(GOOD) + _line({"question": "", "expected_answer": "4"}),
+        "data/m.jsonl:2: question: empty; the task would have no prompt",
+    ),
+    "nan_expected_answer": (
+        {},
+        _line(GOOD) + b'{"question": "What is 2 + 2?", "expected_answer": NaN}\n',
+        "data/m.jsonl:2: malformed JSON (NaN is not a JSON number)",
+    ),
+    "many_bad_rows_collected": (
+        {},
+        _line(GOOD) + _line({"question": "What is 2 + 2?"}) * 12,
+        "data/m.jsonl: ... and 2 more bad rows",
+    ),
+    "source_is_a_directory": (
+        {"entries": _entries(source="data/dir.jsonl")},
+        None,
+        "entries[0].source: data/dir.jsonl: is a directory, not a JSONL or Parquet file",
+    ),
+    "misspelled_generator_task": (
+        {
+            "entries": [
+                {
+                    "label": "rg",
+                    "environment": "reasoning_gym",
+                    "source": {"generator": "reasoning_gym", "task": "basic_arithmetc", "size": 2},
+                }
+            ]
+        },
+        None,
+        "entries[0].source.task: unknown reasoning_gym task 'basic_arithmetc'; did you mean "
+        "basic_arithmetic?",
+    ),
+    "options_anchor_bomb": (
+        {"entries": _entries(options={"pad": _bomb(9)})},
+        None,
+        "entries[0].options: more than 100000 values (YAML anchors and aliases count every time "
+        "they repeat)",
+    ),
     "unknown_environment": (
         {"entries": _entries(environment="maths")},
         None,
@@ -175,12 +232,11 @@ def test_bad_input_fails_with_one_clear_line(tmp_path, case):
     changes, data, expected = CASES[case]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "m.jsonl").write_bytes(_line(GOOD) if data is None else data)
+    (tmp_path / "data" / "dir.jsonl").mkdir()  # a directory named like a source
     with FakeOpenAI() as server:
-        changes = json.loads(
-            json.dumps(changes).replace("{port}", str(_closed_port()))
-            if case == "endpoint_down"
-            else json.dumps(changes)
-        )
+        if case == "endpoint_down":
+            changes = json.loads(json.dumps(changes).replace("{port}", str(_closed_port())))
+        changes = dict(changes)  # a copy, never a JSON round trip: the bomb would expand
         entries = changes.pop("entries", _entries())
         cfg = endpoint_config(server.base_url, entries, **{"num_shards": 1, **changes})
         expected = expected.replace(

@@ -26,6 +26,7 @@ from pydantic import (
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
 from rewardprof.core.redaction import config_secrets, redact
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
@@ -83,6 +84,15 @@ class Entry(StrictModel):
                 f"at most {MAX_NUM_REPEATS} rollouts per task (the rollout index "
                 f"takes the low 12 bits of each rollout's seed, docs/robustness.md)"
             )
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options_stay_small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # before anything copies or writes them out: an anchor bomb expands to billions
+        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
+        if problem:
+            raise ValueError(problem)
         return v
 
 
@@ -144,6 +154,9 @@ class Rollout(StrictModel, RetryOptions):
     """Per-request timeout; past it the attempt fails as a timeout."""
     retry_budget_s: PositiveFloat = 1800
     """Most time one request may spend retrying, in total."""
+    endpoint_down_s: PositiveFloat = 60.0
+    """Stop the rollout job, with the last error on one line, once every request has failed
+    with a connection error for this long (the endpoint is gone; a rerun continues)."""
     max_failed_fraction: Annotated[float, Field(ge=0, le=1)] = 0.01
     """Share of a shard's rollouts that may fail terminally and still complete it (failures stay
     visible per task in the profile); over it the job fails and a rerun retries them."""

@@ -8,6 +8,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     materialize/tasks.parquet, materialize/report.json   the tasks table and its index ranges
     shards/<i>-of-<n>.parquet                            shard i's tasks
     rollouts/<i>-of-<n>.parquet, rollouts/journal/       shard outputs; the journal of them all
+    rollouts/status/<i>-of-<n>.json                      each rollout job's heartbeat
     rollouts.parquet/, merge_report.json                 the merged dataset
     profile/, export/, report/                           the profile, the export, the report
     logs/, benchmarks/                                   one log / timing per job
@@ -74,6 +75,16 @@ class RunLayout:
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
         return cls(RESULTS / run, num_shards)
 
+    @classmethod
+    def of_shard_output(cls, out: str | Path) -> RunLayout | None:
+        """The run directory whose `rollouts/<i>-of-<n>.parquet` is `out` (None if it is not
+        named like one)."""
+        out = Path(out)
+        parsed = parse_shard_name(out.name)
+        if parsed is None or out.parent.name != "rollouts":
+            return None
+        return cls(out.parent.parent, parsed[1])
+
     def __repr__(self) -> str:
         return f"RunLayout({str(self.root)!r}, num_shards={self.num_shards})"
 
@@ -89,6 +100,10 @@ class RunLayout:
 
     def shard_rollouts(self, i: int | str, n: int | str | None = None) -> Path:
         return self.rollouts_dir / shard_name(i, self._n(n))
+
+    def shard_status(self, i: int | str, n: int | str | None = None) -> Path:
+        """The heartbeat the rollout job of shard i writes (`rewardprof status` reads it)."""
+        return self.rollouts_dir / "status" / shard_name(i, self._n(n), "json")
 
     def all_shard_rollouts(self, n: int | None = None) -> list[Path]:
         n = int(self._n(n))

@@ -9,6 +9,7 @@ the model's own annotations and left out.
 from __future__ import annotations
 
 import difflib
+import reprlib
 import types
 import typing
 from typing import Any
@@ -63,8 +64,13 @@ def _walk(loc: tuple, root: type[BaseModel]) -> tuple[str, Any]:
     return path, found[0] if len(found) == 1 else None
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 80, 80
+
+
 def _shown(value: Any) -> str:
-    text = repr(value)
+    # bounded: a whole repr of a YAML anchor bomb would never end
+    text = _REPR.repr(value)
     return text if len(text) <= 80 else text[:76] + " ..."
 
 

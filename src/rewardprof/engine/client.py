@@ -7,6 +7,9 @@ errors (connection, timeout, 5xx, 429, a reply that does not validate into the r
 Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
 other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server that returns
 fewer choices than asked is asked again, at once, for the missing ones only.
+While no request gets any answer (`EndpointLiveness`), a request whose attempts all ended in
+connection errors is not recorded as failed: it keeps asking until the endpoint answers again or
+the rollout job stops on `rollout.endpoint_down_s`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rewardprof.engine.http_retry import (
     redact,
     with_retries,
 )
+from rewardprof.engine.liveness import EndpointLiveness, is_connect_failure
 from rewardprof.engine.reply import Choice, parse_choices
 
 
@@ -49,8 +53,10 @@ class ChatClient:
         api_key: str | None,
         settings: Rollout,
         rng: random.Random | None = None,
+        liveness: EndpointLiveness | None = None,
     ):
         self.session = session
+        self.liveness = liveness  # told how every attempt ended (a dead endpoint stops a job)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.headers = {"Content-Type": "application/json"}
         if api_key:
@@ -67,14 +73,27 @@ class ChatClient:
         self.rng = rng or random.Random()
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        return await post_json(
-            self.session,
-            self.url,
-            body,
-            self.settings.request_timeout_s,
-            self.headers,
-            secret=self._secret,
-        )
+        token = self.liveness.attempt_started() if self.liveness else 0
+        answered, refused = False, None
+        try:
+            reply = await post_json(
+                self.session,
+                self.url,
+                body,
+                self.settings.request_timeout_s,
+                self.headers,
+                secret=self._secret,
+            )
+            answered = True
+        except AttemptError as exc:
+            answered = exc.kind not in (FailureKind.CONNECTION_ERROR, FailureKind.TIMEOUT)
+            if exc.kind == FailureKind.CONNECTION_ERROR and is_connect_failure(exc.detail):
+                refused = self.redact(exc.detail)
+            raise
+        finally:
+            if self.liveness:
+                self.liveness.attempt_ended(token, answered, refused)
+        return reply
 
     async def complete(self, body: dict[str, Any]) -> ChatResult:
         """Ask for body['n'] samples; return every choice received, plus a failure if some
@@ -85,7 +104,7 @@ class ChatClient:
         result = ChatResult()
 
         async def attempt(number: int) -> None:
-            result.attempts = number
+            result.attempts += 1  # over every round (see the loop below)
             # Missing choices are asked for again from the first missing index, so every
             # choice keeps the seed it would have had in the original request.
             first = pending[0]
@@ -115,11 +134,19 @@ class ChatClient:
 
         if not pending:  # nothing asked for
             return result
-        try:
-            await with_retries(attempt, self.policy, self.rng)
-        except AttemptError as exc:
-            result.failure, result.detail = exc.kind, self.redact(exc.detail)
-        return result
+        while True:
+            try:
+                await with_retries(attempt, self.policy, self.rng)
+            except AttemptError as exc:
+                if exc.kind == FailureKind.CONNECTION_ERROR and self._endpoint_failing():
+                    # nobody gets an answer: not this rollout's failure but the endpoint's;
+                    # ask again until it answers or the job stops (rollout.endpoint_down_s)
+                    continue
+                result.failure, result.detail = exc.kind, self.redact(exc.detail)
+            return result
+
+    def _endpoint_failing(self) -> bool:
+        return self.liveness is not None and self.liveness.failing_since is not None
 
     def redact(self, text: str) -> str:
         """Error text as recorded: the API key never reaches a record, a log or an exception."""

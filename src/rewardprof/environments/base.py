@@ -7,6 +7,7 @@ Adding an environment is one module with one `Environment` subclass and one regi
 from __future__ import annotations
 
 import asyncio
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,16 @@ class VerifyContext:
 
 
 CHAT_PROMPT_KEYS = ("responses_create_params", "messages", "prompt")
+
+
+def _blank_or_not_finite(value: Any) -> str | None:
+    """Why a required value is unusable: an empty string, or NaN / infinity (Parquet floats,
+    or JSON written by Python), else None."""
+    if isinstance(value, str) and not value.strip():
+        return "empty"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    return None
 
 
 def has_chat_prompt(row: dict[str, Any]) -> bool:
@@ -167,8 +178,15 @@ class Environment(Generic[OptionsT]):
         missing = [f for f in self.required_fields if get_field(row, f) is None]
         if missing:
             raise RowError(f"missing field(s) needed by environment {self.name!r}: {missing}")
+        for f in self.required_fields:
+            if problem := _blank_or_not_finite(get_field(row, f)):
+                raise RowError(f"{f}: {problem}")
         if self.prompt_keys:
             require_prompt(row, *self.prompt_keys)
+            if not has_chat_prompt(row):
+                key = next(k for k in self.prompt_keys if k in row)
+                if problem := _blank_or_not_finite(row[key]):
+                    raise RowError(f"{key}: {problem}; the task would have no prompt")
 
     def prompt(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """The row's own messages, else one user turn of `plain_prompt`; with the few-shot

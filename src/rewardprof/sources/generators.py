@@ -8,6 +8,7 @@ materializes the same tasks.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Iterator
@@ -44,8 +45,7 @@ def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
         ANSWER_INSTRUCTION,
     )
 
-    if src.task not in reasoning_gym.factory.DATASETS:
-        raise GeneratorError(f"reasoning_gym: unknown task {src.task!r}")
+    check_generator(src)
     try:
         dataset = reasoning_gym.create_dataset(src.task, size=src.size, seed=src.seed, **src.config)
     except (TypeError, ValueError, AssertionError) as exc:
@@ -70,6 +70,25 @@ def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
 
 
 GENERATORS = {"reasoning_gym": _reasoning_gym_rows}
+
+
+def _task_names(generator: str) -> list[str]:
+    if generator == "reasoning_gym":
+        import reasoning_gym  # optional: the environments extra (~2 s to import)
+
+        return sorted(reasoning_gym.factory.DATASETS)
+    raise GeneratorError(f"unknown generator {generator!r}; known: {', '.join(GENERATORS)}")
+
+
+def check_generator(source: GeneratorSource, where: str = "source") -> None:
+    """GeneratorError naming `<where>.task` unless the generator has that task; the message
+    suggests the nearest name (a dry run and `rewardprof validate` call this)."""
+    names = _task_names(source.generator)
+    if source.task in names:
+        return
+    close = difflib.get_close_matches(source.task, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"known tasks: {', '.join(names[:20])}, ..."
+    raise GeneratorError(f"{where}.task: unknown {source.generator} task {source.task!r}; {hint}")
 
 
 def generate_rows(source: GeneratorSource) -> Iterator[dict[str, Any]]:

@@ -23,6 +23,8 @@ from rewardprof.core.config import Config, Entry, GeneratorSource
 from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.environments import RowError, make_environment
 from rewardprof.sources.files import (
+    ERRORS_SHOWN,
+    RowErrors,
     SourceError,
     file_sha256,
     iter_rows,
@@ -78,18 +80,27 @@ def _select(entry: Entry, rows: Iterator[tuple[int, dict]]) -> tuple[list | Iter
 
 
 def _entry_batches(
-    entry: Entry, start: int, base_dir: Path | None, where: str, stats_out: dict[str, Any]
+    entry: Entry,
+    start: int,
+    base_dir: Path | None,
+    errors: RowErrors,
+    stats_out: dict[str, Any],
 ) -> Iterator[pa.RecordBatch]:
+    """The entry's tasks; a bad row goes to `errors` and is left out (the run then fails
+    with every bad row named, never with a partial table)."""
     env = make_environment(entry.environment, entry.options)
-    selected, stats = _select(entry, iter_rows(entry, base_dir))
+    selected, stats = _select(entry, iter_rows(entry, base_dir, errors))
     cols: dict[str, list] = {name: [] for name in TASKS_SCHEMA.names}
     index = start
     for lineno, row in selected:
         try:
             env.check_row(row)
             messages = env.prompt(row)
+            if not any(str(m.get("content") or "").strip() for m in messages):
+                raise RowError("empty prompt: every message's content is empty")
         except RowError as exc:
-            raise SourceError(f"{where}:{lineno}: {exc}") from None
+            errors.add(lineno, str(exc))
+            continue
         row_json = _canonical_json(row)
         cols["task_index"].append(index)
         cols["task_id"].append(make_task_id(entry.environment, row_json))
@@ -108,12 +119,27 @@ def _entry_batches(
     stats_out.update(stats, rows_selected=index - start)
 
 
+def _raise_bad_rows(bad: list[RowErrors]) -> None:
+    """SourceError listing the bad rows of every source (the first few per source, each
+    `file:line: reason`, then a count), if there are any."""
+    total = sum(e.count for e in bad)
+    if not total:
+        return
+    lines = [line for e in bad for line in e.report()]
+    sources = sum(1 for e in bad if e.count)
+    raise SourceError(
+        f"{total} bad rows in {sources} source(s); fix or remove them and rerun "
+        f"(first {ERRORS_SHOWN} per source shown):\n" + "\n".join(lines)
+    )
+
+
 def run(cfg: Config, paths: StagePaths) -> StageReport:
     """Write the tasks table (paths.tasks) and the materialize report (paths.report, also
     returned); relative sources resolve under paths.base_dir (default: the working directory)."""
     tasks_out, report_out, base = paths.need("tasks"), paths.need("report"), paths.base_dir
     report: dict[str, Any] = {"run": cfg.run, "entries": [], "num_tasks": 0}
     offset = 0
+    bad: list[RowErrors] = []
     with atomic_path(tasks_out) as tmp_tasks:
         writer = pq.ParquetWriter(
             tmp_tasks,
@@ -129,14 +155,16 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
                 where = str(entry.source) if is_file else source_name(entry)
                 stats: dict[str, Any] = {}
                 chunks: list[pa.RecordBatch] = []
-                for batch in _entry_batches(entry, offset, base, where, stats):
+                errors = RowErrors(where)
+                bad.append(errors)
+                for batch in _entry_batches(entry, offset, base, errors, stats):
                     chunks.append(batch)
                     if sum(len(c) for c in chunks) >= _GROUP:
                         writer.write_table(pa.Table.from_batches(chunks), row_group_size=_GROUP)
                         chunks = []
                 if chunks:
                     writer.write_table(pa.Table.from_batches(chunks), row_group_size=_GROUP)
-                if stats["rows_selected"] == 0:
+                if stats["rows_selected"] == 0 and not errors.count:
                     raise SourceError(
                         f"{where}: entry {entry.label!r} has no rows "
                         f"(empty source); remove the entry or fix the source"
@@ -161,6 +189,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
                 offset += stats["rows_selected"]
         finally:
             writer.close()
+        _raise_bad_rows(bad)  # before the outputs appear: no table with rows left out
         report["num_tasks"] = offset
         report["num_rollouts_expected"] = sum(
             (e["end"] - e["start"]) * e["num_repeats"] for e in report["entries"]

@@ -52,7 +52,7 @@ def test_generator_config_is_passed_through():
 
 
 def test_unknown_task_and_bad_config_fail_clearly():
-    with pytest.raises(GeneratorError, match="unknown task"):
+    with pytest.raises(GeneratorError, match="unknown reasoning_gym task .no_such_task."):
         list(generate_rows(spec(task="no_such_task")))
     with pytest.raises(GeneratorError, match="bad config"):
         list(generate_rows(spec(config={"no_such_option": 1})))

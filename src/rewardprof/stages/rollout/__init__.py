@@ -1,11 +1,14 @@
 """The rollout stage: generate and verify the missing rollouts of one shard (runner), kept
-durable in the journal (journal, collected) and written as the shard's output (output)."""
+durable in the journal (journal, collected) and written as the shard's output (output), with a
+heartbeat for `rewardprof status` (heartbeat, progress)."""
 
 from __future__ import annotations
 
 from rewardprof.core.config import Config
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.stages.rollout.journal import JournalLocked
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:
@@ -17,5 +20,23 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
 
     tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
-    with engine_session(cfg, paths.engine_log) as endpoint:
-        return run_shard(cfg, endpoint, tasks, journal, out, tag)
+    beat = ShardHeartbeat.for_output(out, cfg.rollout.progress_interval_s)
+    if beat is not None:
+        beat.write(state="starting")
+        beat.beat_while_starting()  # serve mode: the engine takes minutes to load
+    try:
+        with engine_session(cfg, paths.engine_log) as endpoint:
+            summary = run_shard(cfg, endpoint, tasks, journal, out, tag, heartbeat=beat)
+    except JournalLocked:
+        if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
+            beat.data["state"] = "refused"
+        raise
+    except BaseException as exc:
+        if beat is not None:
+            # SIGTERM (scancel, Snakemake stopping) arrives as SystemExit
+            state = "stopped" if isinstance(exc, (SystemExit, KeyboardInterrupt)) else "failed"
+            beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
+        raise
+    if beat is not None:
+        beat.write(state="done", by_status=summary["by_status"])
+    return summary

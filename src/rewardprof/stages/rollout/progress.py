@@ -1,20 +1,49 @@
-"""Progress: a tqdm bar in a terminal; plain periodic log lines otherwise (Slurm logs, CI)."""
+"""Progress of a rollout job, in three places:
+
+- its log (stderr): a tqdm bar on a terminal; otherwise a plain line every
+  `rollout.progress_interval_s`, also while no rollout finishes (a Slurm log shows the job is
+  alive);
+- its heartbeat (`rollouts/status/<i>-of-<n>.json`, see heartbeat.py) at the same interval;
+- stdout, when stderr is not a terminal: one line on the whole run at the same interval.
+  Snakemake passes a job's stdout through to the controller's terminal (the rules send stderr
+  to the job's log), so `snakemake --cores all` shows the sweep's progress while rollout jobs
+  run; on Slurm that line goes to the job's Slurm log.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from collections import Counter
 from typing import TextIO
+
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
 
 
 class Progress:
-    def __init__(self, total: int, label: str, interval_s: float, stream: TextIO | None = None):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        interval_s: float,
+        stream: TextIO | None = None,
+        heartbeat: ShardHeartbeat | None = None,
+        run_stream: TextIO | None = None,
+    ):
         self.total, self.label, self.interval_s = total, label, interval_s
         self.stream = stream or sys.stderr
+        self.heartbeat = heartbeat
         self.done = self.failed = self.tokens = 0
+        self.failures: Counter[str] = Counter()
+        self.last_error: str | None = None
         self.started = self._last = time.monotonic()
+        self.started_wall = time.time()
         self._bar = None
-        if self.stream.isatty() and total:
+        on_tty = self.stream.isatty()
+        # the whole run's line goes to stdout only when the log is a file (under Snakemake)
+        self.run_stream = run_stream if run_stream is not None else (None if on_tty else sys.stdout)
+        if on_tty and total:
             from tqdm import tqdm  # lazy: only a terminal draws a bar
 
             self._bar = tqdm(
@@ -25,31 +54,64 @@ class Progress:
                 dynamic_ncols=True,
                 smoothing=0.1,
             )
+        self.beat("running")
 
-    def update(self, n: int, failed: int, tokens: int) -> None:
+    def update(
+        self, n: int, failed: int, tokens: int, kinds: Counter[str] | None = None, error=None
+    ) -> None:
         self.done += n
         self.failed += failed
         self.tokens += tokens
+        if kinds:
+            self.failures.update(kinds)
+        if error:
+            self.last_error = error
         if self._bar is not None:
             self._bar.update(n)
             elapsed = max(time.monotonic() - self.started, 1e-9)
             self._bar.set_postfix(
                 tok_s=f"{self.tokens / elapsed:.0f}", failed=self.failed, refresh=False
             )
-            return
-        now = time.monotonic()
-        if now - self._last >= self.interval_s:
-            self._last = now
+
+    async def ticking(self) -> None:
+        """Every interval: the log line, the heartbeat and the run's line (cancel to stop)."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.tick()
+
+    def tick(self) -> None:
+        if self._bar is None:
             self.line()
+        self.beat("running")
+        if self.run_stream is not None and self.heartbeat is not None:
+            print(
+                f"{self.heartbeat.run_progress_line()} [{self.label}: {self.done}/{self.total}]",
+                file=self.run_stream,
+                flush=True,
+            )
+
+    def beat(self, state: str, **fields) -> None:
+        if self.heartbeat is None:
+            return
+        self.heartbeat.write(
+            state=state,
+            generating_since=self.started_wall,
+            todo=self.total,
+            generated=self.done,
+            failed=self.failed,
+            tokens=self.tokens,
+            failures=dict(self.failures),
+            last_error=self.last_error,
+            **fields,
+        )
 
     def line(self) -> None:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        eta_s = f"{eta:.0f}s" if eta != float("inf") else "?"
         print(
             f"[{self.label}] {self.done}/{self.total} rollouts, {rate:.2f} rollouts/s, "
-            f"{self.tokens / elapsed:.1f} tokens/s, {self.failed} failed, ETA {eta_s}",
+            f"{self.tokens / elapsed:.1f} tokens/s, {self.failed} failed, "
+            f"ETA {eta_text(self.total - self.done, rate)}",
             file=self.stream,
             flush=True,
         )
@@ -59,3 +121,4 @@ class Progress:
             self._bar.close()
         else:
             self.line()
+        self.beat("running")  # the final counts; the stage then says done or failed

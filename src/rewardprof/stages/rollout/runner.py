@@ -18,8 +18,6 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +29,11 @@ import pyarrow.parquet as pq
 from rewardprof.core.config import Config
 from rewardprof.core.schemas import OK, FailureKind, TokensSource
 from rewardprof.engine.client import ChatClient, ChatResult
+from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
 from rewardprof.stages.rollout.collected import resolve
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress
@@ -45,32 +45,18 @@ from rewardprof.stages.rollout.seeds import (
     task_seed,
     wants_token_ids,
 )
-from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices, read_text
+from rewardprof.stages.rollout.shard_tasks import (
+    Unit,
+    load_tasks,
+    missing_indices,
+    read_text,
+    request_units,
+)
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
 
 _WRITER_SEQ = itertools.count()
-
-
-@dataclass
-class Unit:
-    """One request: `indices` are consecutive rollout indices of one task."""
-
-    pos: int  # row of the task in the shard table
-    indices: list[int]
-
-
-def _units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
-    for pos, indices in enumerate(missing):
-        run: list[int] = []
-        for r in indices:
-            if run and (r != run[-1] + 1 or len(run) >= max_n):
-                yield Unit(pos, run)
-                run = []
-            run.append(r)
-        if run:
-            yield Unit(pos, run)
 
 
 class ShardRun:
@@ -181,6 +167,7 @@ class ShardRun:
         row = json.loads(row_json)
         got = {c.index: c for c in result.choices}
         failed = tokens = 0
+        kinds: Counter[str] = Counter()
         for j, r in enumerate(unit.indices):
             rec = dict(base, rollout_index=r, seed=seed0 + r)
             choice = got.get(j)
@@ -207,10 +194,12 @@ class ShardRun:
                 )
                 tokens += choice.completion_tokens or 0
             rec = journal_record(rec)  # secrets masked; a field that does not fit: a failure
-            failed += rec["status"] != OK
+            if rec["status"] != OK:
+                failed += 1
+                kinds[rec["status"]] += 1
             self.counts[rec["status"]] += 1
             writer.append(rec)
-        progress.update(len(unit.indices), failed, tokens)
+        progress.update(len(unit.indices), failed, tokens, kinds, result.detail)
 
     def load_text(self, positions: list[int]) -> None:
         """messages + row JSON of the tasks at these positions (only those are read)."""
@@ -247,29 +236,41 @@ class ShardRun:
         pool = _make_pool(r.verify_workers)
         self._warm_pool(pool, r.verify_workers)
         connector = aiohttp.TCPConnector(limit=r.concurrency, limit_per_host=r.concurrency)
+        liveness = EndpointLiveness(r.endpoint_down_s)
+        ticking = asyncio.ensure_future(progress.ticking())
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
-                client = ChatClient(session, self.endpoint.base_url, self.endpoint.api_key, r)
+                client = ChatClient(
+                    session, self.endpoint.base_url, self.endpoint.api_key, r, liveness=liveness
+                )
                 ctx = VerifyContext(pool=pool, timeout_s=r.verify_timeout_s, http_session=None)
 
                 async def worker() -> None:
                     while (unit := await queue.get()) is not None:
                         await self._do_unit(unit, client, ctx, writer, progress)
 
-                workers = [asyncio.create_task(worker()) for _ in range(r.concurrency)]
-                try:
-                    for unit in _units(missing, self.cfg.engine.max_n):
+                async def feed() -> None:
+                    for unit in request_units(missing, self.cfg.engine.max_n):
                         while unit.pos not in self._text:
                             await asyncio.to_thread(self.load_text, next(batches))
                         await queue.put(unit)
                     for _ in workers:
                         await queue.put(None)
                     await asyncio.gather(*workers)
+
+                workers = [asyncio.create_task(worker()) for _ in range(r.concurrency)]
+                try:
+                    await run_while_alive(
+                        feed(),
+                        liveness,
+                        f"{self.shard_tag}: engine {self.endpoint.identity}",
+                    )
                 finally:
                     for w in workers:
                         w.cancel()
                     await asyncio.gather(*workers, return_exceptions=True)
         finally:
+            ticking.cancel()
             writer.close()  # whatever finished is kept, also on SIGTERM or an error
             for env in self.envs.values():
                 await env.aclose()
@@ -323,8 +324,10 @@ def run_shard(
     journal_dir: str | Path,
     out_path: str | Path,
     shard_tag: str,
+    heartbeat: ShardHeartbeat | None = None,
 ) -> dict[str, Any]:
-    """Collect every missing rollout of the shard's tasks, then write the shard output."""
+    """Collect every missing rollout of the shard's tasks, then write the shard output;
+    `heartbeat` (if any) is kept up to date for `rewardprof status`."""
     journal = Path(journal_dir)
     with ShardLock(journal, shard_tag):
         remove_stale_tmp(journal, shard_tag, Path(out_path))
@@ -358,8 +361,12 @@ def run_shard(
                 info["stale_seed_scheme_1"],
                 SEED_SCHEME,
             )
+        if heartbeat is not None:
+            expected = int(run.tasks["num_repeats"].sum())
+            heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
         if todo:
-            progress = Progress(todo, shard_tag, cfg.rollout.progress_interval_s)
+            interval = cfg.rollout.progress_interval_s
+            progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
             try:
                 asyncio.run(_with_sigterm(run.generate(missing, progress)))
             finally:

@@ -1,8 +1,11 @@
 """The shard's tasks table as the runner reads it: the small columns first, the text of the
-tasks only when their requests are due, and which rollout indices are still missing."""
+tasks only when their requests are due, which rollout indices are still missing, and the
+requests they make."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +56,24 @@ def missing_indices(tasks: pd.DataFrame, ok: pd.DataFrame) -> list[list[int]]:
         k = int(repeats[p])
         missing[p] = list(full[k]) if counts[p] == k else np.flatnonzero(need[p]).tolist()
     return missing
+
+
+@dataclass
+class Unit:
+    """One request: `indices` are consecutive rollout indices of one task."""
+
+    pos: int  # row of the task in the shard table
+    indices: list[int]
+
+
+def request_units(missing: list[list[int]], max_n: int) -> Iterator[Unit]:
+    """The requests for the `missing` indices: runs of consecutive indices, at most max_n."""
+    for pos, indices in enumerate(missing):
+        run: list[int] = []
+        for r in indices:
+            if run and (r != run[-1] + 1 or len(run) >= max_n):
+                yield Unit(pos, run)
+                run = []
+            run.append(r)
+        if run:
+            yield Unit(pos, run)

@@ -1,0 +1,231 @@
+"""status: where a run stands, from its run directory alone (works on a Slurm login node).
+
+Per shard and overall: rollouts collected of those expected, rollouts/s, tokens/s, ETA,
+failures by kind, and which shards stopped (with their last error). Counts come from the
+journal (read-only: key columns only, no lock taken, so running jobs are never disturbed); the
+state, rates and errors from each rollout job's heartbeat (`rollouts/status/<i>-of-<n>.json`,
+stages/rollout/heartbeat.py). `--watch` redraws it every few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rewardprof.core.errors import RewardprofError
+from rewardprof.core.layout import RunLayout, parse_shard_name
+from rewardprof.core.schemas import OK
+from rewardprof.stages.rollout.collected import resolve
+from rewardprof.stages.rollout.heartbeat import (
+    eta_text,
+    heartbeat_layouts,
+    is_live,
+    rates,
+    read_heartbeats,
+)
+from rewardprof.stages.rollout.journal import JournalScan, scan_journal
+
+
+class StatusError(RewardprofError):
+    """The directory is not a run directory, or has no shards to report on yet."""
+
+
+def _num_shards(layout: RunLayout, given: int | None) -> int:
+    """The shard layout to report: given, else the one whose shard files or heartbeats were
+    written last (a reshard writes new shard files before its jobs start)."""
+    if given:
+        return given
+    found = heartbeat_layouts(layout)
+    if layout.shards_dir.is_dir():
+        for p in layout.shards_dir.iterdir():
+            if parsed := parse_shard_name(p.name):
+                found[parsed[1]] = max(found.get(parsed[1], 0.0), p.stat().st_mtime)
+    if not found:
+        raise StatusError(
+            f"{layout.shards_dir}: no shard files yet (materialize and shard have not run); "
+            f"nothing to report"
+        )
+    return max(found, key=found.__getitem__)
+
+
+def _shard_tasks(layout: RunLayout, n: int) -> pd.DataFrame:
+    """task_index, task_id, num_repeats, shard of every shard file that exists."""
+    parts = []
+    for i in range(n):
+        path = layout.shard_tasks(i, n)
+        if path.exists():
+            t = pq.read_table(path, columns=["task_index", "task_id", "num_repeats"]).to_pandas()
+            parts.append(t.assign(shard=i))
+    if not parts:
+        return pd.DataFrame(columns=["task_index", "task_id", "num_repeats", "shard"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _gen_key(scan: JournalScan, beats: dict[int, dict[str, Any]]) -> str | None:
+    """The model + sampling fingerprint the jobs run under: the newest heartbeat's, else the
+    newest journal record's."""
+    keyed = [b for b in beats.values() if b.get("gen_key")]
+    if keyed:
+        return max(keyed, key=lambda b: b.get("updated_at") or 0)["gen_key"]
+    keys = scan.keys
+    if keys.num_rows == 0:
+        return None
+    newest = pc.fill_null(keys.column("finished_at").cast("float64"), -1.0)
+    return keys.column("gen_key")[int(pc.index(newest, pc.max(newest)).as_py())].as_py()
+
+
+def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any]:
+    """The status of a run directory as a JSON-able dict (what `format_status` prints)."""
+    layout = RunLayout(run_dir)
+    if not layout.root.is_dir():
+        raise StatusError(f"{layout.root}: no such run directory (results/<run>)")
+    n = _num_shards(layout, num_shards)
+    now = time.time()
+    beats = read_heartbeats(layout, n)
+    tasks = _shard_tasks(layout, n)
+    scan = scan_journal(layout.journal)
+    key = _gen_key(scan, beats)
+    winners = resolve(scan, tasks, key).winners if key else pd.DataFrame()
+    by_shard: dict[int, Counter[str]] = {i: Counter() for i in range(n)}
+    if len(winners):  # shard i holds the tasks with task_index % n == i
+        sizes = winners.groupby([winners["task_index"] % n, "status"]).size()
+        for (i, status), count in sizes.items():
+            by_shard[int(i)][status] = int(count)
+    expected = tasks.groupby("shard")["num_repeats"].sum().to_dict() if len(tasks) else {}
+    shards = []
+    for i in range(n):
+        beat, counts = beats.get(i, {}), by_shard[i]
+        done = sum(counts.values())
+        exp = int(expected[i]) if i in expected else None
+        live = is_live(beat, now)
+        rate, tokens = rates(beat) if beat else (0.0, 0.0)
+        if layout.shard_rollouts(i, n).exists():
+            state = "done"
+        elif live or beat.get("state") in ("failed", "stopped"):
+            state = beat["state"]
+        elif beat:
+            age = now - float(beat.get("updated_at") or 0)
+            state = "lost"  # said starting/running, then went silent: killed, node lost
+            beat = dict(beat, error=f"no heartbeat for {age:.0f}s (killed, or its node lost)")
+        else:
+            state = "pending" if done == 0 else "not running"
+        shards.append(
+            {
+                "shard": f"{i}-of-{n}",
+                "state": state,
+                "done": done,
+                "expected": exp,
+                "ok": counts[OK],
+                "failures": {k: v for k, v in sorted(counts.items()) if k != OK},
+                "rollouts_per_s": rate,
+                "tokens_per_s": tokens,
+                "eta": eta_text((exp or 0) - done, rate) if live and exp is not None else None,
+                "where": f"{beat['host']}:{beat['pid']}" if beat.get("host") else None,
+                "error": beat.get("error") or (beat.get("last_error") if state != "done" else None),
+                "updated_at": beat.get("updated_at"),
+            }
+        )
+    total_exp = sum(s["expected"] or 0 for s in shards)
+    total_done = sum(s["done"] for s in shards)
+    running = [s for s in shards if s["state"] in ("starting", "running")]
+    rate = sum(s["rollouts_per_s"] for s in running)
+    failures: Counter[str] = Counter()
+    for s in shards:
+        failures.update(s["failures"])
+    return {
+        "run_dir": str(layout.root),
+        "num_shards": n,
+        "expected": total_exp,
+        "done": total_done,
+        "ok": sum(s["ok"] for s in shards),
+        "failures": dict(sorted(failures.items())),
+        "running": len(running),
+        "finished": sum(s["state"] == "done" for s in shards),
+        "rollouts_per_s": rate,
+        "tokens_per_s": sum(s["tokens_per_s"] for s in running),
+        "eta": eta_text(total_exp - total_done, rate) if running else None,
+        "stopped": [s["shard"] for s in shards if s["state"] in ("failed", "stopped", "lost")],
+        "shards": shards,
+        "taken_at": now,
+    }
+
+
+def _kinds(failures: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in failures.items()) or "-"
+
+
+def format_status(st: dict[str, Any]) -> str:
+    pct = 100 * st["done"] / st["expected"] if st["expected"] else 0.0
+    when = datetime.fromtimestamp(st["taken_at"]).strftime("%H:%M:%S")
+    lines = [
+        f"{st['run_dir']} at {when}: {st['done']}/{st['expected']} rollouts ({pct:.1f}%), "
+        f"{st['ok']} ok, failures: {_kinds(st['failures'])}",
+        f"shards: {st['finished']} of {st['num_shards']} done, {st['running']} running, "
+        f"{len(st['stopped'])} stopped; {st['rollouts_per_s']:.2f} rollouts/s, "
+        f"{st['tokens_per_s']:.0f} tokens/s, ETA {st['eta'] or '-'}",
+        "",
+        f"{'shard':<10} {'state':<11} {'done/expected':>15} {'rollouts/s':>10} "
+        f"{'tokens/s':>9} {'ETA':>7}  failures",
+    ]
+    for s in st["shards"]:
+        exp = "?" if s["expected"] is None else str(s["expected"])
+        lines.append(
+            f"{s['shard']:<10} {s['state']:<11} {s['done']:>7}/{exp:<7} "
+            f"{s['rollouts_per_s']:>10.2f} {s['tokens_per_s']:>9.0f} {s['eta'] or '-':>7}  "
+            f"{_kinds(s['failures'])}"
+        )
+    problems = [s for s in st["shards"] if s["state"] in ("failed", "stopped", "lost")]
+    if problems:
+        lines += ["", "stopped shards:"]
+        lines += [f"  {s['shard']} ({s['where'] or '?'}): {s['error'] or '?'}" for s in problems]
+    return "\n".join(lines)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`rewardprof status`: print the status once, or redraw it every --watch seconds until
+    every shard is done (Ctrl-C stops watching)."""
+    try:
+        while True:
+            st = collect(args.run_dir, args.num_shards)
+            text = json.dumps(st, indent=2) if args.json else format_status(st)
+            if args.watch and sys.stdout.isatty():
+                print("\x1b[H\x1b[2J", end="")  # redraw in place on a terminal
+            print(text, flush=True)
+            if not args.watch or st["finished"] == st["num_shards"]:
+                return 0
+            time.sleep(args.watch)
+            if not sys.stdout.isatty():
+                print(flush=True)  # snapshots one blank line apart in a file
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `rewardprof status` (the command table is in rewardprof.cli)."""
+    p.add_argument("run_dir", help="the run directory, results/<run>")
+    p.add_argument(
+        "--num-shards",
+        type=int,
+        default=None,
+        help="shard layout to report (default: the one the newest rollout job ran)",
+    )
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=10.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 10) until every shard is done",
+    )
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
