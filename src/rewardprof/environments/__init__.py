@@ -42,7 +42,7 @@ BUILTIN: dict[str, str] = {
 ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
     "math_with_judge": ("math", {}),  # the judge is off unless options.judge is set
     "polymath": ("math", {}),
-    "mcqa": ("mcq", {}),
+    "mcqa": ("mcq", {"grading_mode": "strict_single_letter_boxed"}),
     "ifbench": (
         "instruction_following",
         {"grading_mode": "fraction", "check_errors": "not_followed"},
