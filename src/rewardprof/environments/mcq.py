@@ -25,9 +25,7 @@ An answer naming several letters (`\\boxed{A, C}`, `Answer: A or B`) is ambiguou
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from typing import Literal
+from typing import Any, Literal
 
 from rewardprof.environments import mcq_nemo
 from rewardprof.environments.base import (

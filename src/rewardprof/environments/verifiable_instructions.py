@@ -19,12 +19,13 @@ toss, and the caller records the check as not followed with that reason.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-RELATIONS = ("less than", "at least")
+from rewardprof.environments import verifiable_checks as vc
+
+RELATIONS = vc.RELATIONS
 PUNKT = "punkt_tab"
 
 
@@ -58,162 +59,6 @@ class Spec:
     random_if: dict[str, Callable[[Any], bool]] = field(default_factory=dict)
     nltk: tuple[str, ...] = ()
     check: Callable[[str, dict[str, Any]], bool] | None = None
-
-
-def _util() -> Any:
-    from if_verifiable.ifeval import instructions_util  # lazy: imports nltk (~1 s)
-
-    return instructions_util
-
-
-def _word_tokenize(text: str) -> list[str]:
-    import nltk  # lazy: only the checks that tokenize
-
-    return nltk.word_tokenize(text)
-
-
-def _compare(count: int, relation: str, threshold: int) -> bool:
-    if relation == RELATIONS[0]:
-        return count < threshold
-    if relation == RELATIONS[1]:
-        return count >= threshold
-    return False  # the original falls through and returns None
-
-
-def _strict_relation(relation: str) -> str:
-    if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    return relation
-
-
-def _split_paragraphs(text: str, pattern: str) -> int | None:
-    """Paragraph count, blank ends dropped; None if a blank paragraph sits in the middle."""
-    parts = re.split(pattern, text)
-    count = len(parts)
-    for i, part in enumerate(parts):
-        if not part.strip():
-            if i in (0, len(parts) - 1):
-                count -= 1
-            else:
-                return None
-    return count
-
-
-def _occurrences(keyword: str, text: str) -> int:
-    return len(re.findall(keyword, text, flags=re.IGNORECASE))
-
-
-def _repeat_phrase(text: str, a: dict[str, Any]) -> bool:
-    phrase = a["phrase"].strip().split()
-    found = re.findall(rf"{phrase[0]} .*? {phrase[-1]}", text)
-    if len(found) != a["small_n"]:
-        return False
-    differences = 0
-    for hit in found:  # every hit must differ from the phrase in exactly one word (the last one
-        words = hit.split()  # decides: the original returns after its loop)
-        if len(words) != len(phrase):
-            return False
-        differences = sum(w != p for w, p in zip(words, phrase, strict=True))
-        if differences > 1:
-            return False
-    return differences == 1
-
-
-def _sentence_hyphens(text: str, _a: dict[str, Any]) -> bool:
-    gold = _util().split_into_sentences(re.sub("-", " ", text))
-    for part, sentence in zip(text.split("-"), gold, strict=False):
-        if part.strip() != part or part != sentence:
-            return False
-    return True
-
-
-def _no_adjacent_consecutive(text: str, _a: dict[str, Any]) -> bool:
-    words = text.split()
-    for left, right in zip(words, words[1:], strict=False):
-        a, b = left[0].lower(), right[0].lower()
-        if len(a) != 1 or len(b) != 1 or ord(b) - ord(a) == 1:
-            return False
-    return True
-
-
-def _first_word_sent(text: str, a: dict[str, Any]) -> bool:
-    word = a["first_word"]
-    if not isinstance(word, str):  # the original never stores a non-string first word
-        raise TypeError("first_word must be a string")
-    for sentence in _util().split_into_sentences(text):
-        if not sentence.strip() or sentence.split()[0].strip().lower() != word.strip().lower():
-            return False
-    return True
-
-
-def _last_word(word: Any) -> str:
-    return (word if isinstance(word, str) else word[0]).strip()
-
-
-def _strip_punct(word: str) -> str:
-    return re.sub(r"[^\w\s]", "", word.strip()).lower()
-
-
-def _last_word_sent(text: str, a: dict[str, Any]) -> bool:
-    want = _last_word(a["last_word"]).lower()
-    for sentence in _util().split_into_sentences(text):
-        if not sentence.strip() or _strip_punct(sentence.split()[-1]) != want:
-            return False
-    return True
-
-
-def _bigram_wrapping(text: str, _a: dict[str, Any]) -> bool:
-    words = text.split()
-    return all(
-        words[i].startswith("<<") and words[i + 1].endswith(">>")
-        for i in range(0, len(words) - 1, 2)
-    )
-
-
-def _same(text: str, prompt: str) -> bool:
-    return text.strip().lower() == prompt.strip().lower()
-
-
-def _counting_composition(text: str, a: dict[str, Any]) -> bool:
-    parts = re.split(r"\s?\*\*\*\s?", text)
-    count = len(parts)
-    for i, part in enumerate(parts):
-        if not part.strip():
-            if i in (0, len(parts) - 1):
-                count -= 1
-            else:
-                return False
-        sentences = _util().split_into_sentences(part)
-        if len(sentences) != a["n_sent"]:
-            return False
-        if any(len(_word_tokenize(s)) != a["n_words"] for s in sentences):
-            return False
-    return count == 3
-
-
-def _count_increment(text: str, a: dict[str, Any]) -> bool:
-    k1, k2 = a["keyword1"].strip(), a["keyword2"].strip()
-    return _occurrences(k1, text) == 1 and _occurrences(k2, text) == 2
-
-
-def _keyword_position(text: str, a: dict[str, Any]) -> bool:
-    keyword = _last_word(a["keyword"])
-    sentences = _util().split_into_sentences(text)
-    if len(sentences) < a["n"]:
-        return False
-    words = _word_tokenize(sentences[a["n"] - 1])
-    return len(words) >= a["m"] and words[a["m"] - 1] == keyword
-
-
-def _start_end(text: str, _a: dict[str, Any]) -> bool:
-    words = _word_tokenize(text)
-    return len(words) >= 2 and words[0].lower() == words[-1].lower()
-
-
-def _letter_frequency(text: str, a: dict[str, Any]) -> bool:
-    count = Counter(text.lower())[a["letter"].strip().lower()]
-    relation = _strict_relation(a["let_relation"])
-    return count < a["let_frequency"] if relation == RELATIONS[0] else count >= a["let_frequency"]
 
 
 def _nth_out_of_range(args: dict[str, Any]) -> bool:
@@ -276,31 +121,33 @@ SPECS: dict[str, Spec] = {
     "startend:quotation": Spec(),
     # the training-only checks
     "copy:repeat_phrase": Spec(
-        ("phrase", "small_n"), {"phrase": _falsy, "small_n": _falsy}, check=_repeat_phrase
+        ("phrase", "small_n"), {"phrase": _falsy, "small_n": _falsy}, check=vc.repeat_phrase
     ),
     "copy:copy": Spec(
-        ("prompt_to_repeat",), check=lambda t, a: _same(t, _need(a, "prompt_to_repeat"))
+        ("prompt_to_repeat",), check=lambda t, a: vc.same(t, vc.need(a, "prompt_to_repeat"))
     ),
     "new:copy_span_idx": Spec(
         ("prompt_to_repeat", "n_start", "n_end"),
         {"n_start": _falsy, "n_end": _falsy},
-        check=lambda t, a: _same(t, _need(a, "prompt_to_repeat")[a["n_start"] : a["n_end"]]),
+        check=lambda t, a: vc.same(t, vc.need(a, "prompt_to_repeat")[a["n_start"] : a["n_end"]]),
     ),
-    "detectable_format:sentence_hyphens": Spec(check=_sentence_hyphens),
-    "keywords:no_adjacent_consecutive": Spec(check=_no_adjacent_consecutive),
+    "detectable_format:sentence_hyphens": Spec(check=vc.sentence_hyphens),
+    "keywords:no_adjacent_consecutive": Spec(check=vc.no_adjacent_consecutive),
     "detectable_format:square_brackets": Spec(
         check=lambda t, _a: all(w.startswith("[") and w.endswith("]") for w in t.split())
     ),
     "keywords:word_once": Spec(
         ("keyword",),
         {"keyword": _falsy},
-        check=lambda t, a: _occurrences(a["keyword"].strip(), t) == 1,
+        check=lambda t, a: vc.occurrences(a["keyword"].strip(), t) == 1,
     ),
     "keywords:word_count_different_numbers": Spec(
         ("keyword", "frequency", "relation"),
         _KEYWORD_FREQ,
-        check=lambda t, a: _compare(
-            _occurrences(a["keyword"].strip(), t), _strict_relation(a["relation"]), a["frequency"]
+        check=lambda t, a: vc.compare(
+            vc.occurrences(a["keyword"].strip(), t),
+            vc.strict_relation(a["relation"]),
+            a["frequency"],
         ),
     ),
     "keywords:exclude_word_harder": Spec(
@@ -308,10 +155,10 @@ SPECS: dict[str, Spec] = {
         {"keyword": _falsy},
         check=lambda t, a: f" {a['keyword'].strip()} " not in t,
     ),
-    "paragraphs:paragraphs": Spec(check=lambda t, _a: _split_paragraphs(t, r"\s?\*\*\*\s?") == 2),
-    "paragraphs:paragraphs2": Spec(check=lambda t, _a: _split_paragraphs(t, r"\n\n") == 2),
+    "paragraphs:paragraphs": Spec(check=lambda t, _a: vc.split_paragraphs(t, r"\s?\*\*\*\s?") == 2),
+    "paragraphs:paragraphs2": Spec(check=lambda t, _a: vc.split_paragraphs(t, r"\n\n") == 2),
     "first_word:first_word_sent": Spec(
-        ("first_word",), {"first_word": _falsy}, check=_first_word_sent
+        ("first_word",), {"first_word": _falsy}, check=vc.first_word_sent
     ),
     "first_word:first_word_answer": Spec(
         ("first_word",),
@@ -320,23 +167,25 @@ SPECS: dict[str, Spec] = {
             bool(t.strip()) and t.split()[0].strip().lower() == a["first_word"].strip().lower()
         ),
     ),
-    "last_word:last_word_sent": Spec(("last_word",), {"last_word": _falsy}, check=_last_word_sent),
+    "last_word:last_word_sent": Spec(
+        ("last_word",), {"last_word": _falsy}, check=vc.last_word_sent
+    ),
     "last_word:last_word_answer": Spec(
         ("last_word",),
         {"last_word": _falsy},
         # an empty response raises IndexError, as the original does
-        check=lambda t, a: _strip_punct(t.split()[-1]) == a["last_word"].strip().lower(),
+        check=lambda t, a: vc.strip_punct(t.split()[-1]) == a["last_word"].strip().lower(),
     ),
-    "detectable_format:bigram_wrapping": Spec(check=_bigram_wrapping),
+    "detectable_format:bigram_wrapping": Spec(check=vc.bigram_wrapping),
     "copy:copying_simple": Spec(
-        ("prompt_to_repeat",), check=lambda t, a: _same(t, _need(a, "prompt_to_repeat"))
+        ("prompt_to_repeat",), check=lambda t, a: vc.same(t, vc.need(a, "prompt_to_repeat"))
     ),
     "copy:copying_multiple": Spec(
         ("prompt_to_repeat", "N"),
         {"N": _falsy},
         check=lambda t, a: (
             len(t.split("******")) == a["N"]
-            and all(_same(p, _need(a, "prompt_to_repeat")) for p in t.split("******"))
+            and all(vc.same(p, vc.need(a, "prompt_to_repeat")) for p in t.split("******"))
         ),
     ),
     "punctuation:punctuation_dot": Spec(check=lambda t, _a: "." not in t),
@@ -347,42 +196,36 @@ SPECS: dict[str, Spec] = {
     "letters:letter_counting": Spec(
         ("N", "relation"),
         {"N": _falsy, "relation": _falsy},
-        check=lambda t, a: _compare(len(re.findall(r"[a-zA-Z]", t)), a["relation"], a["N"]),
+        check=lambda t, a: vc.compare(len(re.findall(r"[a-zA-Z]", t)), a["relation"], a["N"]),
     ),
     "letters:letter_counting2": Spec(
         ("letter", "let_frequency", "let_relation"),
         {"letter": _bad_letter, "let_frequency": _negative, "let_relation": _absent},
-        check=_letter_frequency,
+        check=vc.letter_frequency,
     ),
     "count:counting_composition": Spec(
         ("n_sent", "n_words"),
         {"n_sent": _falsy, "n_words": _falsy},
         (PUNKT,),
-        _counting_composition,
+        vc.counting_composition,
     ),
     "count:count_unique": Spec(
-        nltk=(PUNKT,), check=lambda t, _a: len(w := _word_tokenize(t)) == len(set(w))
+        nltk=(PUNKT,), check=lambda t, _a: len(w := vc.word_tokenize(t)) == len(set(w))
     ),
     "count:count_increment_word": Spec(
         ("keyword1", "keyword2"),
         {"keyword1": _falsy, "keyword2": _falsy},
-        check=_count_increment,
+        check=vc.count_increment,
     ),
     "keywords:palindrome": Spec(check=lambda t, _a: any(w == w[::-1] for w in t.split())),
     "keywords:keyword_specific_position": Spec(
         ("keyword", "n", "m"),
         {"keyword": _falsy, "n": _falsy, "m": _falsy},
         (PUNKT,),
-        _keyword_position,
+        vc.keyword_position,
     ),
-    "keywords:start_end": Spec(nltk=(PUNKT,), check=_start_end),
+    "keywords:start_end": Spec(nltk=(PUNKT,), check=vc.start_end),
 }
-
-
-def _need(args: dict[str, Any], name: str) -> Any:
-    if not args.get(name):
-        raise ValueError(f"{name} must be set")  # the original raises too: no random draw
-    return args[name]
 
 
 def nltk_resources(instruction_id: str) -> tuple[str, ...]:
