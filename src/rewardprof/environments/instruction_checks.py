@@ -177,12 +177,12 @@ def check_instructions(
     prompt: str,
     chosen: list[str],
     variants: bool,
-    unavailable: list[str],
+    unavailable: dict[str, list[str]],
 ) -> list[dict[str, Any]]:
     """Runs in a worker process: per instruction {id, registry, strict, loose, and maybe error,
     nltk_missing}. `error` is what a raising checker said (the caller decides what it counts
     as); `nltk_missing` names NLTK data the check could not find (never a silent not-followed);
-    ids in `unavailable` are not run (their data is known to be missing). `variants`: also
+    ids in `unavailable` are not run (it maps them to the data known to be missing). `variants`: also
     compute IFEval's loose variant for verifiable_instructions ids."""
     from if_verifiable.common import strip_thinking  # lazy: ~3 s, in workers only
 
@@ -192,7 +192,7 @@ def check_instructions(
         result: dict[str, Any] = {"id": iid, "registry": registry, "strict": False, "loose": False}
         out.append(result)
         if iid in unavailable:
-            result["nltk_missing"] = [r for r in nltk_needs(iid) if not nltk_installed(r)]
+            result["nltk_missing"] = unavailable[iid]
             continue
         try:
             if registry == VERIFIABLE:

@@ -142,7 +142,10 @@ class InstructionFollowingEnvironment(Environment):
         fields = row_fields(row)
         ids = list(fields["instruction_id_list"])
         chosen = self._chosen(ids)
-        missing = {i for needing in self.nltk_missing(row).values() for i in needing}
+        missing: dict[str, list[str]] = {}  # instruction id -> the NLTK data it lacks
+        for resource, needing in self.nltk_missing(row).items():
+            for iid in needing:
+                missing.setdefault(iid, []).append(resource)
         timeout = self.options.timeout_s or ctx.timeout_s
         try:
             results = await ctx.run_in_pool(
@@ -153,7 +156,7 @@ class InstructionFollowingEnvironment(Environment):
                 _prompt_text(row, fields),
                 chosen,
                 self.options.loose,
-                sorted(missing),
+                missing,
                 timeout_s=timeout,
             )
         except TimeoutError:
