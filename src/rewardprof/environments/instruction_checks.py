@@ -182,8 +182,8 @@ def check_instructions(
     """Runs in a worker process: per instruction {id, registry, strict, loose, and maybe error,
     nltk_missing}. `error` is what a raising checker said (the caller decides what it counts
     as); `nltk_missing` names NLTK data the check could not find (never a silent not-followed);
-    ids in `unavailable` are not run (it maps them to the data known to be missing). `variants`: also
-    compute IFEval's loose variant for verifiable_instructions ids."""
+    ids in `unavailable` are not run (it maps them to the data known to be missing).
+    `variants`: also compute IFEval's loose variant for verifiable_instructions ids."""
     from if_verifiable.common import strip_thinking  # lazy: ~3 s, in workers only
 
     response = strip_thinking(response)
