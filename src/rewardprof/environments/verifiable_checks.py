@@ -127,20 +127,18 @@ def same(text: str, prompt: str) -> bool:
 
 
 def counting_composition(text: str, a: dict[str, Any]) -> bool:
+    """3 paragraphs (split on ***) of n_sent sentences of n_words tokens. A blank paragraph,
+    even at either end, fails: it has no sentence (the original counts it, then checks it)."""
     parts = re.split(r"\s?\*\*\*\s?", text)
-    count = len(parts)
-    for i, part in enumerate(parts):
-        if not part.strip():
-            if i in (0, len(parts) - 1):
-                count -= 1
-            else:
-                return False
+    if any(not part.strip() for part in parts):
+        return False
+    for part in parts:
         sentences = util().split_into_sentences(part)
         if len(sentences) != a["n_sent"]:
             return False
         if any(len(word_tokenize(s)) != a["n_words"] for s in sentences):
             return False
-    return count == 3
+    return len(parts) == 3
 
 
 def count_increment(text: str, a: dict[str, Any]) -> bool:

@@ -40,6 +40,18 @@ def _if_row(ids, kwargs, prompt="Write something."):
         ("copy:copying_multiple", {"prompt_to_repeat": "Hi", "N": 2}, "hi******HI", True),
         ("keywords:word_once", {"keyword": "cat"}, "a cat and a dog", True),
         ("count:count_increment_word", {"keyword1": "x", "keyword2": "y"}, "x y y", True),
+        (
+            "count:counting_composition",
+            {"n_sent": 1, "n_words": 4},
+            "I am here.***Go on now.***We are here.",
+            True,
+        ),
+        (
+            "count:counting_composition",
+            {"n_sent": 1, "n_words": 4},
+            "***I am here.***Go on now.***We are here.",
+            False,
+        ),
     ],
 )
 def test_verifiable_instructions_checks(iid, kwargs, text, followed, ctx):
