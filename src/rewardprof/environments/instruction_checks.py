@@ -175,7 +175,7 @@ def check_instructions(
     ids: list[str],
     kwargs: list[dict[str, Any]],
     prompt: str,
-    chosen: list[str],
+    prefer: str,
     variants: bool,
     unavailable: dict[str, list[str]],
 ) -> list[dict[str, Any]]:
@@ -183,12 +183,14 @@ def check_instructions(
     nltk_missing}. `error` is what a raising checker said (the caller decides what it counts
     as); `nltk_missing` names NLTK data the check could not find (never a silent not-followed);
     ids in `unavailable` are not run (it maps them to the data known to be missing).
-    `variants`: also compute IFEval's loose variant for verifiable_instructions ids."""
+    `prefer`: options.registry; `variants`: also compute IFEval's loose variant for
+    verifiable_instructions ids."""
     from if_verifiable.common import strip_thinking  # lazy: ~3 s, in workers only
 
     response = strip_thinking(response)
     out = []
-    for iid, kw, registry in zip(ids, kwargs, chosen, strict=True):
+    for iid, kw in zip(ids, kwargs, strict=True):
+        registry = registry_of(iid, prefer)  # the row was checked: some registry knows it
         result: dict[str, Any] = {"id": iid, "registry": registry, "strict": False, "loose": False}
         out.append(result)
         if iid in unavailable:

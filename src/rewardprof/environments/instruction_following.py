@@ -99,15 +99,13 @@ class InstructionFollowingEnvironment(Environment):
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
         checks.registries()
 
-    def _chosen(self, ids: list[str]) -> list[str]:
-        chosen = [checks.registry_of(i, self.options.registry) for i in ids]
-        unknown = [i for i, r in zip(ids, chosen, strict=True) if r is None]
+    def _check_known(self, ids: list[str]) -> None:
+        unknown = [i for i in ids if checks.registry_of(i, self.options.registry) is None]
         if unknown:
             raise RowError(
                 f"instruction ids unknown to every registry (if-verifiable IFEval/IFBench, "
                 f"NeMo Gym verifiable_instructions): {unknown}; known: {checks.known_ids()}"
             )
-        return [r for r in chosen if r is not None]
 
     def nltk_missing(self, row: dict[str, Any]) -> dict[str, list[str]]:
         """{NLTK resource: [the row's instruction ids that need it]}, for data not installed."""
@@ -123,7 +121,7 @@ class InstructionFollowingEnvironment(Environment):
             )
         if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
             raise RowError("instruction_id_list: expected a non-empty list of strings")
-        self._chosen(ids)
+        self._check_known(ids)
         _kwargs(fields)
         mode = fields["grading_mode"] or self.options.grading_mode
         if mode not in GRADING_MODES:
@@ -141,7 +139,6 @@ class InstructionFollowingEnvironment(Environment):
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         fields = row_fields(row)
         ids = list(fields["instruction_id_list"])
-        chosen = self._chosen(ids)
         missing: dict[str, list[str]] = {}  # instruction id -> the NLTK data it lacks
         for resource, needing in self.nltk_missing(row).items():
             for iid in needing:
@@ -154,7 +151,7 @@ class InstructionFollowingEnvironment(Environment):
                 ids,
                 _kwargs(fields),
                 _prompt_text(row, fields),
-                chosen,
+                self.options.registry,
                 self.options.loose,
                 missing,
                 timeout_s=timeout,
