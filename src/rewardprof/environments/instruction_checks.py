@@ -132,7 +132,13 @@ def known_ids() -> list[str]:
     return sorted(set(ifeval) | set(ifbench) | set(vi.SPECS))
 
 
-def _nltk_resource(exc: LookupError) -> str:
+def _nltk_missing(exc: Exception) -> bool:
+    """NLTK raises LookupError itself for absent data; its subclasses (KeyError, IndexError)
+    are a checker's own failures."""
+    return type(exc) is LookupError
+
+
+def _nltk_resource(exc: Exception) -> str:
     text = str(exc)
     for resource in NLTK_PATHS:
         if resource in text:
@@ -163,9 +169,9 @@ def _verifiable(response: str, iid: str, kw: dict[str, Any], variants: bool) -> 
         try:
             if text.strip() and vi.evaluate(iid, kw, text):
                 return False, True
-        except LookupError:
-            raise
-        except Exception:  # a variant the checker cannot take is simply not a pass
+        except Exception as exc:  # a variant the checker cannot take is simply not a pass
+            if _nltk_missing(exc):
+                raise
             continue
     return False, False
 
@@ -201,10 +207,11 @@ def check_instructions(
                 strict, loose = _verifiable(response, iid, kw, variants)
             else:
                 strict, loose = _if_verifiable(response, iid, kw, prompt, registry)
-        except LookupError as exc:
-            result["nltk_missing"] = [_nltk_resource(exc)]
         except Exception as exc:  # NeMo Gym scores a raising checker as not followed
-            result["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            if _nltk_missing(exc):
+                result["nltk_missing"] = [_nltk_resource(exc)]
+            else:
+                result["error"] = f"{type(exc).__name__}: {exc}"[:200]
         else:
             result.update(strict=bool(strict), loose=bool(loose))
     return out

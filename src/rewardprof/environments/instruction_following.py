@@ -81,8 +81,8 @@ class InstructionFollowingOptions(VerifyTimeout):
     ids go to the one registry that knows them."""
     check_errors: Literal["auto", "not_followed", "verifier_error"] = "auto"
     """A checker that raises (bad kwargs, an empty response): not_followed (NeMo Gym's rule,
-    listed in extras.check_errors) or a verifier_error rollout; auto: not_followed for
-    verifiable_instructions ids, verifier_error for if-verifiable's."""
+    listed in extras.check_errors) or a verifier_error rollout; auto: not_followed in rows with
+    an id only NeMo Gym's verifiable_instructions has (NeMo Gym's rows), else verifier_error."""
     nltk_missing: Literal["fail", "unavailable"] = "fail"
     """NLTK data a row's checks need but that is not installed: fail at materialize (naming it
     and the install command) or run anyway, leaving those checks out of the reward
@@ -179,13 +179,14 @@ class InstructionFollowingEnvironment(Environment):
             if "error" in r
         ]
         policy = self.options.check_errors
-        for e in errors:
-            registry = results[e["index"]]["registry"]
-            if policy == "verifier_error" or (policy == "auto" and registry != checks.VERIFIABLE):
-                return Verdict.failure(
-                    FailureKind.VERIFIER_ERROR,
-                    f"instruction {e['index']} ({e['id']}): {e['error']}",
-                )
+        if policy == "auto":  # a row with a NeMo Gym-only id is NeMo Gym's: its rule applies
+            nemo_row = any(r["registry"] == checks.VERIFIABLE for r in results)
+            policy = "not_followed" if nemo_row else "verifier_error"
+        if errors and policy == "verifier_error":
+            e = errors[0]
+            return Verdict.failure(
+                FailureKind.VERIFIER_ERROR, f"instruction {e['index']} ({e['id']}): {e['error']}"
+            )
         key = "loose" if self.options.loose else "strict"
         scored = [r for r in results if "nltk_missing" not in r]
         extras: dict[str, Any] = {"grading_mode": mode, "check": key}

@@ -209,3 +209,30 @@ def test_output_regex_of_the_row_comes_first(ctx):
     }
     verdict = run(make_environment("mcqa").verify(row, "\\boxed{A}\nFinal Choice: b", ctx))
     assert (verdict.reward, verdict.extras["how"]) == (1.0, "output_regex")
+
+
+@pytest.mark.parametrize(
+    ("ids", "kwargs", "status"),
+    [
+        # a NeMo Gym row (it has an id only verifiable_instructions knows): NeMo Gym's rule
+        (
+            ["language:response_language", "punctuation:punctuation_dot"],
+            [{"language": "xx"}, {}],
+            "ok",
+        ),
+        # an IFEval row: a checker that cannot be built is a verifier failure, not a 0
+        (
+            ["language:response_language", "punctuation:no_comma"],
+            [{"language": "xx"}, {}],
+            "verifier_error",
+        ),
+    ],
+)
+def test_a_raising_check_by_row_kind(ids, kwargs, status, ctx):
+    verdict = run(make_environment("instruction_following").verify(_if_row(ids, kwargs), "hi", ctx))
+    assert verdict.status == status, verdict.detail
+    if status == "ok":
+        assert verdict.extras["followed"] == [False, True]
+        assert verdict.extras["check_errors"][0]["id"] == "language:response_language"
+    else:
+        assert "language:response_language" in verdict.detail and verdict.reward is None
