@@ -189,11 +189,14 @@ def check_instructions(
     nltk_missing}. `error` is what a raising checker said (the caller decides what it counts
     as); `nltk_missing` names NLTK data the check could not find (never a silent not-followed);
     ids in `unavailable` are not run (it maps them to the data known to be missing).
-    `prefer`: options.registry; `variants`: also compute IFEval's loose variant for
+    `prefer`: options.registry (auto: verifiable_instructions for every id of a row that has an
+    id only that registry knows); `variants`: also compute IFEval's loose variant for
     verifiable_instructions ids."""
     from if_verifiable.common import strip_thinking  # lazy: ~3 s, in workers only
 
     response = strip_thinking(response)
+    if prefer == "auto" and any(registry_of(i) == VERIFIABLE for i in ids):
+        prefer = VERIFIABLE  # a NeMo Gym row: its IFEval ids run as NeMo Gym runs them too
     out = []
     for iid, kw in zip(ids, kwargs, strict=True):
         registry = registry_of(iid, prefer)  # the row was checked: some registry knows it

@@ -76,9 +76,11 @@ class InstructionFollowingOptions(VerifyTimeout):
     """How a row without `grading_mode` is scored: binary (every instruction followed) or
     fraction (the share followed; NeMo Gym's ifbench default)."""
     registry: Literal["auto", "verifiable_instructions"] = "auto"
-    """Which checks score IFEval's 25 ids that NeMo Gym's registry shares: auto (if-verifiable's
-    IFEval) or verifiable_instructions (the same checks, with NeMo Gym's error handling). Other
-    ids go to the one registry that knows them."""
+    """Which checks score IFEval's 25 ids that NeMo Gym's registry shares (the same checks; NeMo
+    Gym runs them on an empty response too and never draws a missing kwarg at random here):
+    auto (verifiable_instructions in rows with an id only that registry has, i.e. NeMo Gym's
+    rows; if-verifiable's IFEval otherwise) or verifiable_instructions (always). Other ids go to
+    the one registry that knows them."""
     check_errors: Literal["auto", "not_followed", "verifier_error"] = "auto"
     """A checker that raises (bad kwargs, an empty response): not_followed (NeMo Gym's rule,
     listed in extras.check_errors) or a verifier_error rollout; auto: not_followed in rows with
