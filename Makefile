@@ -13,7 +13,7 @@ EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-engine lint clean-venv
+.PHONY: run test install install-engine nltk-data lint clean-venv
 
 $(VENV)/.core-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,12 +27,20 @@ $(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh
 
 install: $(VENV)/.core-installed
 
+# NLTK's punkt_tab and stopwords (instruction checks) into $(VENV)/nltk_data, from the
+# llama-index-core wheel on PyPI: NLTK's own data server is not needed (docs/environments.md)
+$(VENV)/.nltk-data-installed: $(VENV)/.core-installed src/rewardprof/tools/nltk_data.py
+	$(BIN)/rewardprof install-nltk-data
+	touch $@
+
+nltk-data: $(VENV)/.nltk-data-installed
+
 install-engine: $(ENGINE_VENV)/.engine-installed
 
 run: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)
 
-test: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
+test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the whole tree, as CI runs it (.ci/run): formatting, lint rules, and the workflow's own lint

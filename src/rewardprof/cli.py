@@ -31,7 +31,7 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.engine import model
 from rewardprof.engine.preflight import check_sources
 from rewardprof.stages import StagePaths
-from rewardprof.tools import check, estimate, launch, slurm_config, status
+from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
 
 
 class Command(NamedTuple):
@@ -95,9 +95,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from rewardprof.tools.row_checks import nltk_report  # lazy: reads the entries' sources
+
     cfg = _config(args)
     # what a dry run checks too: every file source is a file, every generator has its task
     check_sources(cfg)
+    needed, missing = nltk_report(cfg)
+    for line in needed:
+        print(line)
+    if missing:
+        raise ConfigError(missing[0])
     print(f"ok: run {cfg.run!r}, {len(cfg.entries)} entries, {cfg.num_shards} shards")
     return 0
 
@@ -283,6 +290,12 @@ COMMANDS: tuple[Command, ...] = (
         "GPU-hours and wall time of a full config from a pilot",
         estimate.add_arguments,
         estimate.run_command,
+    ),
+    Command(
+        "install-nltk-data",
+        "install NLTK's punkt_tab and stopwords from a PyPI wheel (offline of NLTK's server)",
+        nltk_data.add_arguments,
+        nltk_data.run_command,
     ),
     Command(
         "check",

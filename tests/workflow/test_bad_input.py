@@ -11,11 +11,19 @@ from pathlib import Path
 import pytest
 from helpers import endpoint_config, snakemake, write_config
 
+from rewardprof.environments.instruction_checks import TAGGER, nltk_installed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
 
 GOOD = {"question": "What is 1 + 3?", "expected_answer": "4"}
+# IFBench's words:start_verb needs NLTK's POS tagger, which no package registry carries (so
+# `make test` does not install it): the row fails at materialize, before any rollout.
+NEEDS_TAGGER = {
+    "prompt": "Start with a verb.",
+    "instruction_id_list": ["words:start_verb"],
+    "kwargs": [{"N": None}],
+}
 
 
 def _line(row) -> bytes:
@@ -212,6 +220,13 @@ CASES = {
         "rewardprof: engine.base_url: {url}/models does not serve model 'other-model' (it "
         "serves: fake-model); set engine.served_model_name or engine.model",
     ),
+    "nltk_data_missing": (
+        {"entries": _entries(environment="ifbench")},
+        _line(NEEDS_TAGGER),
+        "data/m.jsonl:1: instruction words:start_verb needs NLTK data "
+        "'averaged_perceptron_tagger_eng', which is not installed: install it with `python -m "
+        "nltk.downloader",
+    ),
 }
 
 
@@ -230,6 +245,8 @@ def _outputs_left(workdir: Path) -> list[str]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_fails_with_one_clear_line(tmp_path, case):
     changes, data, expected = CASES[case]
+    if case == "nltk_data_missing" and nltk_installed(TAGGER):
+        pytest.skip("NLTK's POS tagger is installed here: no resource is missing")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "m.jsonl").write_bytes(_line(GOOD) if data is None else data)
     (tmp_path / "data" / "dir.jsonl").mkdir()  # a directory named like a source

@@ -37,6 +37,18 @@ BUILTIN: dict[str, str] = {
     "llm_judge": "rewardprof.environments.llm_judge:LLMJudgeEnvironment",
 }
 
+# NeMo Gym environment names -> (rewardprof environment, option defaults under the entry's own
+# options). docs/environments.md has the table: fields read, what differs.
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "math_with_judge": ("math", {}),  # the judge is off unless options.judge is set
+    "polymath": ("math", {}),
+    "mcqa": ("mcq", {"grading_mode": "strict_single_letter_boxed"}),
+    "ifbench": (
+        "instruction_following",
+        {"grading_mode": "fraction", "check_errors": "not_followed"},
+    ),
+}
+
 
 @cache
 def _plugins() -> dict[str, Any]:
@@ -44,10 +56,11 @@ def _plugins() -> dict[str, Any]:
 
 
 def known_environments() -> list[str]:
-    return sorted(set(BUILTIN) | set(_plugins()))
+    return sorted(set(BUILTIN) | set(_plugins()) | set(ALIASES))
 
 
 def get_environment_class(name: str) -> type[Environment]:
+    name = ALIASES[name][0] if name in ALIASES and name not in BUILTIN else name
     if name in BUILTIN:
         module, _, attr = BUILTIN[name].partition(":")
         cls = getattr(importlib.import_module(module), attr)
@@ -63,10 +76,16 @@ def get_environment_class(name: str) -> type[Environment]:
 def make_environment(name: str, options: dict[str, Any] | None = None) -> Environment:
     """The environment `name` with its options (a pydantic ValidationError if they are bad;
     a config's options were already checked by `validate_config`)."""
+    if name in ALIASES and name not in BUILTIN:
+        defaults = ALIASES[name][1]
+        if isinstance(options, EnvironmentOptions):
+            options = options.model_dump(exclude_unset=True)
+        options = {**defaults, **(options or {})}
     return get_environment_class(name)(options)
 
 
 __all__ = [
+    "ALIASES",
     "BUILTIN",
     "ENTRY_POINT_GROUP",
     "Environment",

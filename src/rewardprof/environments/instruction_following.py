@@ -1,26 +1,34 @@
-"""instruction_following: IFEval / IFBench instruction checks from the `if-verifiable` library.
+"""instruction_following: IFEval / IFBench / NeMo Gym instruction checks.
 
-Row format (NeMo Gym `instruction_following` rows, IFEval/IFBench rows): `instruction_id_list`
-(e.g. ["keywords:existence", "punctuation:no_comma"]), `kwargs` (a list of dicts, one per
-instruction, unused keys as null; may be omitted when no instruction takes arguments), the prompt
-(`responses_create_params.input`, `messages` or `prompt`), and optionally `grading_mode`:
-`binary` (default: 1 only if every instruction is followed) or `fraction` (share followed).
+Row format (NeMo Gym `instruction_following` and `ifbench` rows, IFEval/IFBench rows):
+`instruction_id_list` (e.g. ["keywords:existence", "count:lowercase_counting"]), `kwargs` (a
+list of dicts, one per instruction, unused keys as null; may be omitted when no instruction
+takes arguments), the prompt (`responses_create_params.input`, `messages` or `prompt`), and
+optionally `grading_mode`: `binary` (1 only if every instruction is followed) or `fraction`
+(share followed); its default is `options.grading_mode` (binary; NeMo Gym's ifbench: fraction).
+These fields may also sit under `verifier_metadata` (NeMo Gym's newer layout), which wins over
+the top level as in NeMo Gym.
 
-Checks are the library's own (IFEval ids from `if_verifiable.ifeval`, IFBench ids from
-`if_verifiable.ifbench`), strict by default (`options.loose: true` for the loose variant). An
-instruction id the library does not know fails the row at materialize (the library would skip
-it silently and inflate the score). Some checks need NLTK data (`punkt_tab` for sentence counts,
-`stopwords`, a POS tagger for a few IFBench ids); nothing is downloaded at run time: a missing
-resource is a `verifier_error` naming it.
+Each id is scored by the registry that knows it (rewardprof.environments.instruction_checks):
+if-verifiable's IFEval or IFBench checks, or NeMo Gym's `verifiable_instructions` ids
+(rewardprof.environments.verifiable_instructions). An id no registry knows fails the row at
+materialize with the known ids. Null kwargs are dropped before a checker is built. A checker
+that raises counts as not followed for rows with NeMo Gym ids and under
+`options.check_errors: not_followed` (NeMo Gym's rule; extras.check_errors says which and why),
+else the rollout is a `verifier_error`.
+
+Some checks read NLTK data (`punkt_tab`, `stopwords`, a POS tagger). Nothing is downloaded at
+run time: a row whose checks need data that is not installed fails at materialize naming the
+resource and the command that installs it; with `options.nltk_missing: unavailable` the run goes
+on and those checks are left out of the reward (extras.unavailable lists them).
 """
 
 from __future__ import annotations
 
-import threading
-from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from rewardprof.core.schemas import FailureKind
+from rewardprof.environments import instruction_checks as checks
 from rewardprof.environments.base import (
     Environment,
     RowError,
@@ -32,97 +40,31 @@ from rewardprof.environments.extract import last_user_text
 from rewardprof.environments.options import VerifyTimeout
 
 GRADING_MODES = ("binary", "fraction")
+# NeMo Gym's newer rows keep these under verifier_metadata (which wins over the top level)
+_FIELDS = ("instruction_id_list", "kwargs", "grading_mode", "prompt")
 
 
-# langdetect (IFEval's english_lowercase, english_capital, response_language) samples n-grams
-# at random: unseeded, one text scores differently from call to call ('hello, world' passed
-# english_lowercase in ~90 of 100 calls). With a seed every detect() reseeds its own RNG, so a
-# text gets one verdict in every process and every run. Its language profiles load lazily and
-# not thread-safely (a detect() racing the first load sees a partial profile set), so they are
-# loaded here, once, under a lock, before any check runs.
-LANGDETECT_SEED = 0
-_LOAD_LOCK = threading.Lock()
+def row_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The verifier's fields of a row in either layout (flat or under `verifier_metadata`)."""
+    meta = row.get("verifier_metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return {f: meta[f] if f in meta else row.get(f) for f in _FIELDS}
 
 
-def _seed_langdetect() -> None:
-    from langdetect import DetectorFactory, detector_factory  # lazy: only where checks run
-
-    DetectorFactory.seed = LANGDETECT_SEED
-    detector_factory.init_factory()
-
-
-def _registries() -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both instruction registries, with langdetect seeded and loaded. Called before any check
-    runs, in each process that scores (pool workers, forked or spawned; inline library use)."""
-    with _LOAD_LOCK:
-        return _load_registries()
-
-
-@cache
-def _load_registries() -> tuple[dict[str, Any], dict[str, Any]]:
-    _seed_langdetect()
-    import nltk  # lazy: ~1 s, only where checks run
-
-    # if_verifiable.ifbench calls nltk.download() at import; rewardprof never fetches at run time
-    # (a check that needs absent data raises LookupError, reported as a verifier_error).
-    download = nltk.download
-    nltk.download = lambda *args, **kwargs: False
-    try:
-        from if_verifiable.ifbench.instructions_registry import (  # lazy: ~3 s to import
-            INSTRUCTION_DICT as ifbench,
-        )
-        from if_verifiable.ifeval.instructions_registry import (  # lazy: ~3 s to import
-            INSTRUCTION_DICT as ifeval,
-        )
-    finally:
-        nltk.download = download
-    return dict(ifeval), dict(ifbench)
-
-
-def known_instruction(instruction_id: str) -> bool:
-    ifeval, ifbench = _registries()
-    return instruction_id in ifeval or instruction_id in ifbench
-
-
-def check_instructions(
-    response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str
-) -> list[dict[str, Any]]:
-    """Runs in a worker process: per instruction {id, strict, loose} via if-verifiable."""
-    from if_verifiable.common import evaluate_instructions  # lazy: ~3 s, in workers only
-
-    ifeval, ifbench = _registries()
-    out = []
-    for i, (iid, kw) in enumerate(zip(ids, kwargs, strict=True)):
-        registry = ifeval if iid in ifeval else ifbench
-        try:
-            results, _ = evaluate_instructions(response, [iid], [kw], prompt, registry)
-        except LookupError as exc:  # NLTK data missing: say which resource
-            missing = str(exc).split("Resource")[-1].split("not found")[0].strip(" '\n*")
-            raise RuntimeError(
-                f"instruction {i} ({iid}) needs NLTK resource {missing!r}, which is not installed"
-            ) from None
-        if results:
-            out.append(
-                {"id": iid, "strict": results[0].strict_pass, "loose": results[0].loose_pass}
-            )
-        else:  # the library scores an empty (or only-thinking) response as nothing followed
-            out.append({"id": iid, "strict": False, "loose": False})
-    return out
-
-
-def _kwargs(row: dict[str, Any]) -> list[dict[str, Any]]:
-    ids = row["instruction_id_list"]
-    kwargs = row.get("kwargs")
+def _kwargs(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    ids, kwargs = fields["instruction_id_list"], fields["kwargs"]
     if kwargs is None:
         return [{} for _ in ids]
     if not (isinstance(kwargs, list) and len(kwargs) == len(ids)):
         raise RowError("kwargs: expected a list with one dict per instruction_id_list entry")
+    if not all(k is None or isinstance(k, dict) for k in kwargs):
+        raise RowError("kwargs: every entry must be a dict (or null)")
     return [dict(k or {}) for k in kwargs]
 
 
-def _prompt_text(row: dict[str, Any]) -> str:
-    if isinstance(row.get("prompt"), str):
-        return row["prompt"]
+def _prompt_text(row: dict[str, Any], fields: dict[str, Any]) -> str:
+    if isinstance(fields["prompt"], str):
+        return fields["prompt"]
     return last_user_text(extract_messages(row))
 
 
@@ -130,40 +72,88 @@ class InstructionFollowingOptions(VerifyTimeout):
     loose: bool = False
     """IFEval's loose variant: also accept the response with its first / last line or markdown
     asterisks removed."""
+    grading_mode: Literal["binary", "fraction"] = "binary"
+    """How a row without `grading_mode` is scored: binary (every instruction followed) or
+    fraction (the share followed; NeMo Gym's ifbench default)."""
+    registry: Literal["auto", "verifiable_instructions"] = "auto"
+    """Which checks score IFEval's 25 ids that NeMo Gym's registry shares (the same checks; NeMo
+    Gym runs them on an empty response too and never draws a missing kwarg at random here):
+    auto (verifiable_instructions in rows with an id only that registry has, i.e. NeMo Gym's
+    rows; if-verifiable's IFEval otherwise) or verifiable_instructions (always). Other ids go to
+    the one registry that knows them."""
+    check_errors: Literal["auto", "not_followed", "verifier_error"] = "auto"
+    """A checker that raises (bad kwargs, an empty response): not_followed (NeMo Gym's rule,
+    listed in extras.check_errors) or a verifier_error rollout; auto: not_followed in rows with
+    an id only NeMo Gym's verifiable_instructions has (NeMo Gym's rows), else verifier_error."""
+    nltk_missing: Literal["fail", "unavailable"] = "fail"
+    """NLTK data a row's checks need but that is not installed: fail at materialize (naming it
+    and the install command) or run anyway, leaving those checks out of the reward
+    (extras.unavailable)."""
 
 
 class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
     name = "instruction_following"
-    required_fields = ("instruction_id_list",)
+    required_fields = ()
 
     def warm(self) -> None:
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
-        _registries()
+        checks.registries()
+
+    def _check_known(self, ids: list[str]) -> None:
+        unknown = [i for i in ids if checks.registry_of(i, self.options.registry) is None]
+        if unknown:
+            raise RowError(
+                f"instruction ids unknown to every registry (if-verifiable IFEval/IFBench, "
+                f"NeMo Gym verifiable_instructions): {unknown}; known: {checks.known_ids()}"
+            )
+
+    def nltk_missing(self, row: dict[str, Any]) -> dict[str, list[str]]:
+        """{NLTK resource: [the row's instruction ids that need it]}, for data not installed."""
+        return checks.missing_nltk(list(row_fields(row)["instruction_id_list"] or []))
 
     def check_row(self, row: dict[str, Any]) -> None:
-        super().check_row(row)
-        ids = row["instruction_id_list"]
+        fields = row_fields(row)
+        ids = fields["instruction_id_list"]
+        if ids is None:
+            raise RowError(
+                "missing field(s) needed by environment 'instruction_following': "
+                "['instruction_id_list'] (top level or under verifier_metadata)"
+            )
         if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
             raise RowError("instruction_id_list: expected a non-empty list of strings")
-        unknown = [i for i in ids if not known_instruction(i)]
-        if unknown:
-            raise RowError(f"instruction ids unknown to if-verifiable: {unknown}")
-        _kwargs(row)
-        mode = row.get("grading_mode", "binary")
+        self._check_known(ids)
+        _kwargs(fields)
+        mode = fields["grading_mode"] or self.options.grading_mode
         if mode not in GRADING_MODES:
             raise RowError(f"grading_mode: expected one of {GRADING_MODES}, got {mode!r}")
         extract_messages(row)
+        missing = self.nltk_missing(row) if self.options.nltk_missing == "fail" else {}
+        if missing:
+            resource, needing = next(iter(missing.items()))
+            raise RowError(
+                f"instruction {needing[0]} needs NLTK data {resource!r}, which is not installed: "
+                f"install it with {checks.install_hint(resource)}, or set "
+                f"options.nltk_missing: unavailable to score without it"
+            )
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
-        ids = list(row["instruction_id_list"])
+        fields = row_fields(row)
+        ids = list(fields["instruction_id_list"])
+        missing: dict[str, list[str]] = {}  # instruction id -> the NLTK data it lacks
+        for resource, needing in self.nltk_missing(row).items():
+            for iid in needing:
+                missing.setdefault(iid, []).append(resource)
         timeout = self.options.timeout_s or ctx.timeout_s
         try:
             results = await ctx.run_in_pool(
-                check_instructions,
+                checks.check_instructions,
                 completion,
                 ids,
-                _kwargs(row),
-                _prompt_text(row),
+                _kwargs(fields),
+                _prompt_text(row, fields),
+                self.options.registry,
+                self.options.loose,
+                missing,
                 timeout_s=timeout,
             )
         except TimeoutError:
@@ -172,12 +162,50 @@ class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
             )
         except Exception as exc:  # a crashing check is recorded, never a silent 0
             return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
+        return self._score(results, fields["grading_mode"] or self.options.grading_mode)
+
+    def _score(self, results: list[dict[str, Any]], mode: str) -> Verdict:
+        nltk = [(i, r) for i, r in enumerate(results) if "nltk_missing" in r]
+        if nltk and self.options.nltk_missing == "fail":
+            i, r = nltk[0]
+            return Verdict.failure(
+                FailureKind.VERIFIER_ERROR,
+                f"instruction {i} ({r['id']}) needs NLTK resource {r['nltk_missing'][0]!r}, "
+                f"which is not installed",
+            )
+        errors = [
+            {"index": i, "id": r["id"], "error": r["error"]}
+            for i, r in enumerate(results)
+            if "error" in r
+        ]
+        policy = self.options.check_errors
+        if policy == "auto":  # a row with a NeMo Gym-only id is NeMo Gym's: its rule applies
+            nemo_row = any(r["registry"] == checks.VERIFIABLE for r in results)
+            policy = "not_followed" if nemo_row else "verifier_error"
+        if errors and policy == "verifier_error":
+            e = errors[0]
+            return Verdict.failure(
+                FailureKind.VERIFIER_ERROR, f"instruction {e['index']} ({e['id']}): {e['error']}"
+            )
         key = "loose" if self.options.loose else "strict"
-        followed = [bool(r[key]) for r in results]
+        scored = [r for r in results if "nltk_missing" not in r]
+        extras: dict[str, Any] = {"grading_mode": mode, "check": key}
+        extras["followed"] = [None if "nltk_missing" in r else bool(r[key]) for r in results]
+        extras["registries"] = sorted({r["registry"] for r in results})
+        if errors:
+            extras["check_errors"] = errors
+        if nltk:
+            extras["unavailable"] = [
+                {"index": i, "id": r["id"], "nltk": r["nltk_missing"]} for i, r in nltk
+            ]
+        if not scored:
+            return Verdict.failure(
+                FailureKind.VERIFIER_ERROR,
+                "no instruction check could run: all need NLTK data that is not installed",
+                **extras,
+            )
+        followed = [bool(r[key]) for r in scored]
         fraction = sum(followed) / len(followed)
-        mode = row.get("grading_mode", "binary")
+        extras["fraction"] = fraction
         reward = fraction if mode == "fraction" else float(all(followed))
-        return Verdict(
-            reward,
-            extras={"followed": followed, "fraction": fraction, "grading_mode": mode, "check": key},
-        )
+        return Verdict(reward, extras=extras)

@@ -1,11 +1,17 @@
 """mcq: multiple choice; the completion's letter is compared with `expected_answer`.
 
 Row format (NeMo Gym `mcqa` rows, or plain rows): `options`, a list of single-key dicts
-`[{"A": "text"}, {"B": "text"}, ...]` (also accepted under `metadata.options`), and
-`expected_answer`, one of those letters. Plain rows may give `question` instead of a prompt; the
-prompt then lists the options and asks for `\\boxed{X}`.
+`[{"A": "text"}, {"B": "text"}, ...]` (also accepted under `metadata.options`, as a mapping, or
+as Parquet structs padded with nulls), and `expected_answer`, one of those letters. A row without
+options takes them from its prompt's option lines ("A: text", ...; extras.options_from =
+"prompt"). Plain rows may give `question` instead of a prompt; the prompt then lists the options
+and asks for `\\boxed{X}`.
 
-Extraction, first rule that finds something wins:
+NeMo Gym grading (rewardprof.environments.mcq_nemo): a row's `template_metadata.output_regex`
+is tried first; a row with `grading_mode: strict_single_letter_boxed` (or any row, with
+`options.grading_mode` set to it) is graded by that rule alone. Otherwise:
+
+extraction, first rule that finds something wins:
 1. the last complete `\\boxed{...}`: a single option letter (`B`, `(B)`, `[B]`, `\\text{B}`),
    or exactly one option's text;
 2. the last `Answer: ...` line: a letter, or exactly one option's text;
@@ -19,15 +25,18 @@ An answer naming several letters (`\\boxed{A, C}`, `Answer: A or B`) is ambiguou
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
+from rewardprof.environments import mcq_nemo
 from rewardprof.environments.base import (
     Environment,
     RowError,
     Verdict,
     VerifyContext,
+    extract_messages,
+    has_chat_prompt,
 )
-from rewardprof.environments.extract import get_field, last_boxed
+from rewardprof.environments.extract import get_field, last_boxed, last_user_text
 from rewardprof.environments.options import FewShot
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
@@ -44,15 +53,26 @@ _LETTER_TOKEN = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
 
 def parse_options(row: dict[str, Any]) -> dict[str, str]:
     """`options` as an ordered {letter: text} mapping; RowError if malformed."""
+    return options_and_origin(row)[0]
+
+
+def options_and_origin(row: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """(the options, "row" or "prompt": where they came from); RowError if there are none."""
     opts = row.get("options")
     if opts is None:
         opts = get_field(row, "metadata.options")
-    if isinstance(opts, dict):
-        items = list(opts.items())
-    elif isinstance(opts, list) and all(isinstance(o, dict) and len(o) == 1 for o in opts):
-        items = [next(iter(o.items())) for o in opts]
-    else:
+    if opts is None and has_chat_prompt(row):
+        listed = mcq_nemo.options_from_prompt(last_user_text(extract_messages(row)))
+        if listed:
+            return listed, "prompt"
+        raise RowError("options: none in the row, and no 'A: ...' option lines in the prompt")
+    items = mcq_nemo.option_items(opts)
+    if items is None:
         raise RowError("options: expected a list of single-key dicts like [{'A': 'text'}, ...]")
+    return _checked(items), "row"
+
+
+def _checked(items: list[tuple[Any, Any]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for letter, text in items:
         if not (isinstance(letter, str) and len(letter) == 1 and letter.isalpha()):
@@ -131,8 +151,15 @@ def extract_choice(completion: str, options: dict[str, str]) -> tuple[str | None
     return None, "no_answer"
 
 
+STRICT = "strict_single_letter_boxed"
+
+
 class MCQOptions(FewShot):
     """Options of the mcq environment."""
+
+    grading_mode: Literal["rewardprof", "strict_single_letter_boxed"] = "rewardprof"
+    """How rows without their own `grading_mode` are graded: rewardprof's extraction (boxed,
+    `Answer:`, option text) or NeMo Gym's strict_single_letter_boxed (its mcqa default)."""
 
 
 class MCQEnvironment(Environment[MCQOptions]):
@@ -155,9 +182,27 @@ class MCQEnvironment(Environment[MCQOptions]):
         return f"{row['question']}\n\n{listed}\n\n{MCQ_INSTRUCTION}"
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
-        options = parse_options(row)
+        options, origin = options_and_origin(row)
         expected = str(row["expected_answer"]).strip().upper()
-        letter, how = extract_choice(completion, options)
-        if letter is None:
-            return Verdict(0.0, extras={"extracted": None, "reason": how})
-        return Verdict(1.0 if letter == expected else 0.0, extras={"extracted": letter, "how": how})
+        letter, how = self._extract(row, completion, options)
+        extras: dict[str, Any] = {"extracted": letter}
+        extras["how" if letter else "reason"] = how
+        if origin == "prompt":
+            extras["options_from"] = "prompt"
+        return Verdict(1.0 if letter == expected else 0.0, extras=extras)
+
+    def _extract(
+        self, row: dict[str, Any], completion: str, options: dict[str, str]
+    ) -> tuple[str | None, str]:
+        template = row.get("template_metadata")
+        if isinstance(template, dict) and template.get("output_regex"):
+            letter = mcq_nemo.output_regex_letter(
+                completion.strip(), template["output_regex"], options
+            )
+            if letter:
+                return letter, "output_regex"
+        mode = row.get("grading_mode") or self.options.grading_mode
+        if mode != STRICT:
+            return extract_choice(completion, options)
+        letter = mcq_nemo.strict_single_letter_boxed(completion.strip(), set(options))
+        return (letter, STRICT) if letter else (None, "no_answer")

@@ -84,7 +84,7 @@ def test_registry_builtins_and_unknown_names():
         (
             "instruction_following",
             {"prompt": "q", "instruction_id_list": ["made:up"]},
-            "unknown to if-verifiable",
+            "unknown to every registry",
         ),
         (
             "instruction_following",

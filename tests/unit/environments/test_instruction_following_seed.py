@@ -80,12 +80,12 @@ def test_first_use_from_many_threads_at_once(monkeypatch):
     langdetect's lazy profile load (a racing call saw a partial profile set and flipped)."""
     from langdetect import DetectorFactory, detector_factory
 
-    from rewardprof.environments import instruction_following
+    from rewardprof.environments import instruction_checks
 
     # a process that has not scored anything yet
     monkeypatch.setattr(detector_factory, "_factory", None)
     monkeypatch.setattr(DetectorFactory, "seed", None)
-    instruction_following._load_registries.cache_clear()
+    instruction_checks._load_registries.cache_clear()
     row, text = ROWS["english_lowercase"]
     rewards = asyncio.run(_score_many(VerifyContext(), row, text, 100))
     assert len(set(rewards)) == 1, f"{rewards.count(1.0)} of 100 passed"
