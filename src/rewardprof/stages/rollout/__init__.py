@@ -9,13 +9,15 @@ from rewardprof.stages import StagePaths, StageReport
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:
-    """Open the engine session (an endpoint, or a vLLM server logging to paths.engine_log),
-    collect every missing rollout of shard paths.shard of paths.num_shards (its tasks:
+    """Collect every missing rollout of shard paths.shard of paths.num_shards (its tasks:
     paths.tasks) into the journal (paths.journal), write the shard's output (paths.out) and
-    return the shard's summary."""
+    return the shard's summary. The engine session (an endpoint, or a vLLM server logging to
+    paths.engine_log) opens only after the journal was read, and only when something is
+    missing: a shard with everything journaled finishes in seconds without an engine."""
     from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
 
     tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
-    with engine_session(cfg, paths.engine_log) as endpoint:
-        return run_shard(cfg, endpoint, tasks, journal, out, tag)
+    return run_shard(
+        cfg, lambda: engine_session(cfg, paths.engine_log), tasks, journal, out, tag
+    )
