@@ -1,12 +1,12 @@
 # Config validation and helpers shared by the rules. The config is validated through
 # rewardprof's pydantic model before any rule is defined, so a misspelled key fails here,
 # before the DAG is built or any job runs.
-import json
 import os
 import sys
 
 from rewardprof.core.config import ConfigError, validate_config
 from rewardprof.core.layout import RunLayout
+from rewardprof.core.run_config import secret_env
 
 try:
     CFG = validate_config(config, origin="config")
@@ -16,20 +16,15 @@ except ConfigError as exc:
 # every path of results/<run>/ (rewardprof.core.layout); shard paths keep {i} and {n} as wildcards
 LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
 LABELS = [e.label for e in CFG.entries]
+# what the config files of the run directory do not hold (a base_url's user:password) reaches
+# the jobs through their environment: local jobs and Slurm jobs (--export=ALL) inherit it
+os.environ.update(secret_env(CFG))
 
 
 wildcard_constraints:
     i=r"\d+",
     n=r"\d+",
     label=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-
-
-def stage_config(*sections):
-    """JSON of the config keys one stage depends on: Snakemake's params trigger reruns only
-    when these change (e.g. a new profile.pass_at_k does not regenerate rollouts)."""
-    data = CFG.model_dump(mode="json")
-    keep = {"run", "entries", *sections}
-    return json.dumps({k: v for k, v in data.items() if k in keep}, sort_keys=True)
 
 
 def final_outputs():
@@ -41,6 +36,8 @@ def final_outputs():
         # filtered/re-weighted export and the report's plots (rules/export.smk, report.smk)
         LAYOUT.export_combined,
         LAYOUT.report_file("labels"),
+        # the config the run used, for the record
+        LAYOUT.stage_config("full"),
     ]
 
 

@@ -1,7 +1,8 @@
 """`rewardprof` command: one subcommand per stage; the Snakemake rules call these.
 
-Each stage takes its config as `--config FILE` (YAML/JSON) or `--config-json TEXT` (what the
-rules pass, so that Snakemake reruns a stage when the keys it depends on change). COMMANDS below
+Each stage takes its config as `--config FILE` (YAML/JSON; the rules pass the stage's file of
+the run directory, results/<run>/config/<stage>.json, see core/run_config.py) or
+`--config-json TEXT`. COMMANDS below
 is the one table of subcommands; a stage's handler turns its arguments into a StagePaths, calls
 the stage's `run(cfg, paths)` and logs the report. Errors of rewardprof (RewardprofError) are
 caught once, in `main`.
@@ -22,10 +23,10 @@ from rewardprof.core.config import (
     Config,
     ConfigError,
     json_schema,
-    load_config,
     validate_config,
 )
 from rewardprof.core.errors import RewardprofError
+from rewardprof.core.run_config import load_stage_config
 from rewardprof.engine import model
 from rewardprof.stages import StagePaths
 from rewardprof.tools import check, estimate, launch, slurm_config
@@ -45,7 +46,7 @@ def _config(args: argparse.Namespace) -> Config:
     if args.config_json:
         return validate_config(json.loads(args.config_json), origin="--config-json")
     if args.config:
-        return load_config(args.config)
+        return load_stage_config(args.config)
     raise ConfigError("give --config FILE or --config-json TEXT")
 
 

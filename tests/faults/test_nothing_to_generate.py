@@ -58,7 +58,9 @@ def test_endpoint_mode_with_everything_journaled_needs_no_endpoint(tmp_path):
     cfg, tasks = _fill_journal(tmp_path)
     data = cfg.model_dump(mode="json")
     data["engine"]["base_url"] = f"http://127.0.0.1:{free_port('127.0.0.1')}/v1"  # nobody there
-    summary = rollout.run(validate_config(data, origin="test"), _paths(tmp_path, tasks, "c.parquet"))
+    summary = rollout.run(
+        validate_config(data, origin="test"), _paths(tmp_path, tasks, "c.parquet")
+    )
     assert summary["generated"] == 0
     assert pq.read_table(tmp_path / "c.parquet").num_rows == 6
 

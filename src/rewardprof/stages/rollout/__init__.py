@@ -18,6 +18,4 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
 
     tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
-    return run_shard(
-        cfg, lambda: engine_session(cfg, paths.engine_log), tasks, journal, out, tag
-    )
+    return run_shard(cfg, lambda: engine_session(cfg, paths.engine_log), tasks, journal, out, tag)
