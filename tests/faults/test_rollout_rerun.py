@@ -1,6 +1,8 @@
-"""A rollout job whose rollouts are all journaled starts no engine: it reads the journal first
-and writes its output from it. Proven by engines that cannot start (serve mode with an
-interpreter that does not exist, an endpoint nobody listens on): the job still succeeds."""
+"""What a rerun of a rollout job does. With every rollout journaled it starts no engine: it
+reads the journal first and writes its output from it, proven with engines that cannot start
+(serve mode with an interpreter that does not exist, an endpoint nobody listens on). With
+failures under rollout.max_failed_fraction the output is written and the log says what to type
+to retry them; the retry (the job run again) asks for the failed pairs only."""
 
 from __future__ import annotations
 
@@ -83,3 +85,27 @@ def test_a_missing_rollout_opens_the_engine(tmp_path):
         run_shard(more, opener, tasks, tmp_path / "journal", tmp_path / "d.parquet", "s0of1")
     assert opened == [True]
     assert not (tmp_path / "d.parquet").exists()
+
+
+def test_failures_under_the_limit_say_how_to_retry_and_a_rerun_retries_them(tmp_path, caplog):
+    with FakeOpenAI(kit.answer) as server:
+        cfg = kit.make_config(
+            server.base_url,
+            num_repeats=2,
+            rollout={"max_attempts": 1, "max_failed_fraction": 0.5},
+            engine={"max_n": 1},
+        )
+        tasks = kit.make_tasks(tmp_path, cfg, 3)
+        server.faults.extend(["500", "500"])  # the first two requests fail for good
+        out = tmp_path / "out.parquet"
+        with caplog.at_level("WARNING", logger="rewardprof.stages.rollout"):
+            first = run_shard(cfg, kit.endpoint(cfg), tasks, tmp_path / "journal", out, "s0of1")
+        assert first["failed"] == 2 and first["ok"] == 4
+        line = next(r.getMessage() for r in caplog.records if "failed terminally" in r.getMessage())
+        assert "within rollout.max_failed_fraction=0.5" in line
+        assert "add --forcerun rollout" in line and str(out) in line
+        asked = len(server.requests)
+        again = run_shard(cfg, kit.endpoint(cfg), tasks, tmp_path / "journal", out, "s0of1")
+    assert again["generated"] == 2  # the two failed pairs, nothing journaled ok
+    assert len(server.requests) == asked + 2
+    assert again["ok"] == 6 and again["failed"] == 0
