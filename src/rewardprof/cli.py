@@ -94,8 +94,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _materialize_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--report", required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table to write (Parquet)")
+    p.add_argument("--report", required=True, help="the report to write (JSON)")
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
@@ -116,10 +116,14 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def _shard_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--out", required=True, help="the shard's tasks to write (Parquet)")
+    _shard_index_args(p)
+
+
+def _shard_index_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=int, required=True, help="this shard's index i (0..N-1)")
+    p.add_argument("--num-shards", type=int, required=True, help="the number of shards N")
 
 
 def cmd_shard(args: argparse.Namespace) -> int:
@@ -135,9 +139,8 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
     p.add_argument("--tasks", required=True, help="the shard's tasks table")
     p.add_argument("--journal", required=True, help="journal directory (shared by all shards)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
+    p.add_argument("--out", required=True, help="the shard's rollouts to write (Parquet)")
+    _shard_index_args(p)
     p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
 
 
@@ -151,11 +154,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _merge_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--journal", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--report", required=True)
-    p.add_argument("shards", nargs="+")
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--journal", required=True, help="journal directory (for its notes)")
+    p.add_argument("--out", required=True, help="the merged dataset to write (a directory)")
+    p.add_argument("--report", required=True, help="the merge report to write (JSON)")
+    p.add_argument("shards", nargs="+", help="the shard outputs, shard 0 first")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -174,8 +177,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--rollouts", required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--rollouts", required=True, help="the merged rollouts (rollouts.parquet/)")
     p.add_argument("--report", required=True, help="materialize report (index ranges)")
     p.add_argument("--out", required=True, help="profile output directory")
 
@@ -285,7 +288,7 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardprof", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
