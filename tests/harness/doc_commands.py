@@ -6,14 +6,22 @@ block is marked, on the line before its fence, as one that cannot run on a test 
 
 with one of the REASONS below. Every fence names its language: `bash` for commands, `text`
 for output, `yaml`, `python`, ... so that no command hides in an unlabeled block.
+`scratch_checkout` makes the place they run in: the workflow's files and the manifests the docs
+name, pointed at the fake engine.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SHELL = ("bash", "sh", "shell", "console")
@@ -111,3 +119,53 @@ def words_after_configfile(command: str) -> list[str]:
                     break
                 taken.append(value)
     return taken
+
+
+# ---- a scratch checkout for running documented commands against the fake engine -----------
+RERUN_TARGET = "results/my-sweep/rollouts/3-of-8.parquet"
+MATH_ROWS = [json.loads(line) for line in (REPO / "data/examples/math.jsonl").open()]
+# task 3 of my-sweep is math row 3 (the first entry, head): it lands in shard 3 of 8
+_TASK3_TEXT = json.dumps(MATH_ROWS[3]["responses_create_params"]["input"][-1]["content"])[1:-1]
+
+
+def is_task3(body: dict) -> bool:
+    """Whether a chat request of my-sweep asks about task 3 (its prompt quotes the row)."""
+    return _TASK3_TEXT in json.dumps(body.get("messages", []))
+
+
+def _engine(server: Any) -> dict:
+    return {"mode": "endpoint", "base_url": server.base_url, "model": server.model}
+
+
+def scratch_checkout(root: Path, server: Any) -> Path:
+    """A copy of the checkout's workflow files in root/checkout, its configs using the fake
+    engine `server`: config/config.yaml is the shipped default with `engine` replaced;
+    my-blend.yaml and my-sweep.yaml are the manifests the docs name (my-sweep: `run:
+    my-sweep`, `num_shards: 8`, math then mcq rows, K = 2); .venv is this interpreter's."""
+    work = root / "checkout"
+    for name in ("rules", "profiles", "config", "data", "envs"):
+        shutil.copytree(REPO / name, work / name)
+    shutil.copy(REPO / "Snakefile", work / "Snakefile")
+    (work / ".venv").symlink_to(Path(sys.prefix))
+    quick = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "verify_workers": 1}
+    default = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    default["engine"] = _engine(server)
+    default["rollout"] = {**default.get("rollout", {}), **quick}
+    (work / "config/config.yaml").write_text(yaml.safe_dump(default, sort_keys=False))
+    math = {
+        "label": "math",
+        "environment": "math",
+        "source": "data/examples/math.jsonl",
+        "sample": "head",
+    }
+    mcq = {"label": "mcq", "environment": "mcq", "source": "data/examples/mcq.jsonl"}
+    blend = {"run": "my-blend", "entries": [{**math, "num_repeats": 2, "limit": 4}]}
+    sweep = {
+        "run": "my-sweep",
+        "num_shards": 8,
+        "entries": [{**math, "num_repeats": 2}, {**mcq, "num_repeats": 2}],
+    }
+    for name, cfg in (("my-blend.yaml", blend), ("my-sweep.yaml", sweep)):
+        cfg |= {"engine": _engine(server), "rollout": quick}
+        (work / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return work

@@ -5,7 +5,7 @@ doc runs in a scratch copy of the checkout whose configs point at the scripted f
 - config/config.yaml is the shipped default config with `engine` set to the fake server;
 - my-blend.yaml and my-sweep.yaml are the user manifests the docs name (my-sweep: `run:
   my-sweep`, `num_shards: 8`);
-- `.venv` is this interpreter's environment, HOME and XDG_CONFIG_HOME are scratch directories.
+- `.venv` is this interpreter's environment; HOME is a scratch directory.
 
 A command must exit 0, except where a scenario below says what the command stands for. The
 README's rerun of one shard is checked as its acceptance says: the sweep's first run fails
@@ -15,10 +15,8 @@ only that shard's job and asks the engine for task 3's rollouts only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -26,17 +24,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
-from harness.doc_commands import REPO, blocks, doc_files
+from harness.doc_commands import (
+    MATH_ROWS,
+    REPO,
+    RERUN_TARGET,
+    blocks,
+    doc_files,
+    is_task3,
+    scratch_checkout,
+)
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
-
-RERUN_TARGET = "results/my-sweep/rollouts/3-of-8.parquet"
-MATH_ROWS = [json.loads(line) for line in (REPO / "data/examples/math.jsonl").open()]
-# task 3 of my-sweep is math row 3 (the first entry, head): it lands in shard 3 of 8
-TASK3_TEXT = MATH_ROWS[3]["responses_create_params"]["input"][-1]["content"]
 
 
 def _runnable_docs() -> list[Path]:
@@ -45,41 +45,6 @@ def _runnable_docs() -> list[Path]:
         for path in doc_files()
         if any(b.is_shell and b.mark is None and b.commands() for b in blocks(path))
     ]
-
-
-def _engine(server: FakeOpenAI) -> dict:
-    return {"mode": "endpoint", "base_url": server.base_url, "model": server.model}
-
-
-def _scratch_checkout(root: Path, server: FakeOpenAI) -> Path:
-    """The checkout's workflow files, with configs that use the fake engine."""
-    work = root / "checkout"
-    for name in ("rules", "profiles", "config", "data", "envs"):
-        shutil.copytree(REPO / name, work / name)
-    shutil.copy(REPO / "Snakefile", work / "Snakefile")
-    (work / ".venv").symlink_to(Path(sys.prefix))
-    quick = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "verify_workers": 1}
-    default = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    default["engine"] = _engine(server)
-    default["rollout"] = {**default.get("rollout", {}), **quick}
-    (work / "config/config.yaml").write_text(yaml.safe_dump(default, sort_keys=False))
-    math = {
-        "label": "math",
-        "environment": "math",
-        "source": "data/examples/math.jsonl",
-        "sample": "head",
-    }
-    mcq = {"label": "mcq", "environment": "mcq", "source": "data/examples/mcq.jsonl"}
-    blend = {"run": "my-blend", "entries": [{**math, "num_repeats": 2, "limit": 4}]}
-    sweep = {
-        "run": "my-sweep",
-        "num_shards": 8,
-        "entries": [{**math, "num_repeats": 2}, {**mcq, "num_repeats": 2}],
-    }
-    for name, cfg in (("my-blend.yaml", blend), ("my-sweep.yaml", sweep)):
-        cfg |= {"engine": _engine(server), "rollout": quick}
-        (work / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return work
 
 
 def _job_counts(output: str) -> dict[str, int]:
@@ -97,8 +62,7 @@ class Scenario:
     seen: dict[str, int] = field(default_factory=dict)
 
     def fault(self, body: dict) -> str | None:
-        text = json.dumps(body.get("messages", []))
-        if self.refuse_task3 and json.dumps(TASK3_TEXT)[1:-1] in text:
+        if self.refuse_task3 and is_task3(body):
             return "context_length"  # deterministic: a terminal failure of task 3's rollouts
         return None
 
@@ -121,7 +85,7 @@ class Scenario:
             # only that shard's job ran, and it asked for task 3's two failed rollouts only
             assert _job_counts(out) == {"rollout": 1, "total": 1}, out[-3000:]
             assert len(asked) == 1 and asked[0]["n"] == 2, asked
-            assert json.dumps(TASK3_TEXT)[1:-1] in json.dumps(asked[0]["messages"])
+            assert is_task3(asked[0])
             assert pd.read_parquet(self.work / RERUN_TARGET)["status"].eq("ok").all()
         if "--forcerun rollout" in command:
             assert _job_counts(out)["rollout"] == 8
@@ -145,14 +109,13 @@ class Scenario:
 @pytest.mark.parametrize("doc", _runnable_docs(), ids=lambda p: str(p.relative_to(REPO)))
 def test_documented_commands_run_verbatim(doc, tmp_path):
     with FakeOpenAI() as server:
-        work = _scratch_checkout(tmp_path, server)
+        work = scratch_checkout(tmp_path, server)
         scenario = Scenario(server, work)
         server.fault_fn = scenario.fault
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"},
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
             "HOME": str(tmp_path / "home"),
-            "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
         }
         ran = []
         for block in blocks(doc):
