@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardprof.stages.report import failure_figure
+from rewardprof.stages.report import _failure_figure  # the figure before it is saved
 
 
 def _label(name, failed_by_kind, truncation_rate, expected=40):
@@ -18,7 +18,7 @@ def _label(name, failed_by_kind, truncation_rate, expected=40):
 
 
 def test_no_failures_and_no_truncation_draw_no_axis():
-    fig = failure_figure([_label("a", {}, 0.0), _label("b", {"timeout": 0}, None)])
+    fig = _failure_figure([_label("a", {}, 0.0), _label("b", {"timeout": 0}, None)])
     (ax,) = fig.axes
     assert not ax.axison
     assert [t.get_text() for t in ax.texts] == [
@@ -27,7 +27,7 @@ def test_no_failures_and_no_truncation_draw_no_axis():
 
 
 def test_failures_are_drawn_from_zero():
-    fig = failure_figure([_label("a", {"timeout": 4}, 0.05), _label("b", {}, 0.0)])
+    fig = _failure_figure([_label("a", {"timeout": 4}, 0.05), _label("b", {}, 0.0)])
     (ax,) = fig.axes
     assert ax.axison
     low, high = ax.get_xlim()

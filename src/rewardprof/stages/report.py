@@ -144,12 +144,12 @@ def _tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path:
 
 def _failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
-    fig = failure_figure(labels)
+    fig = _failure_figure(labels)
     _save(fig, path)
     plt.close(fig)
 
 
-def failure_figure(labels: list[dict[str, Any]]):
+def _failure_figure(labels: list[dict[str, Any]]):
     """Failure rate by kind (stacked) and truncation rate per label; with neither, a figure
     that says so instead of empty bars on an axis around 0."""
     plt = _plt()
