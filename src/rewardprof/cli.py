@@ -3,8 +3,8 @@
 Each stage takes its config as `--config FILE` (YAML/JSON; the rules pass the stage's file of
 the run directory, results/<run>/config/<stage>.json, see core/run_config.py) or
 `--config-json TEXT`. COMMANDS below is the one table of subcommands; a stage's handler turns
-its arguments into a StagePaths, calls the stage's `run(cfg, paths)` and logs the report. Errors of rewardprof (RewardprofError) are
-caught once, in `main`.
+its arguments into a StagePaths, calls the stage's `run(cfg, paths)` and logs the report.
+Errors of rewardprof (RewardprofError) are caught once, in `main`.
 """
 
 from __future__ import annotations
