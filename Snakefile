@@ -17,11 +17,13 @@ resource_scopes:
 
 # seconds of work each: not worth a cluster job per shard
 localrules:
+    stage_config,
     shard,
     report,
 
 
 include: "rules/common.smk"
+include: "rules/config.smk"
 include: "rules/checks.smk"
 include: "rules/materialize.smk"
 include: "rules/shard.smk"

@@ -12,6 +12,18 @@ try:
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 
+# `snakemake --report` of a run that is not the config's: Snakemake's own error names a missing
+# plot, not the missing --configfile. Nothing in Snakemake tells a Snakefile it makes a report
+# but the command line.
+if any(a == "--report" or a.startswith("--report=") for a in sys.argv[1:]):
+    _plot = LAYOUT.report_file("hist")
+    if not _plot.exists():
+        sys.exit(
+            f"rewardprof: --report: no finished run of this config in {LAYOUT.root}/ "
+            f"({_plot} is missing). Give the config the run used, as for the run itself: "
+            f"snakemake --report report.html --configfile my-sweep.yaml"
+        )
+
 
 onstart:
     # Endpoint mode: fail with the URL before any job is submitted, and only when rollout

@@ -1,13 +1,12 @@
 # Config validation and helpers shared by the rules. The config is validated through
 # rewardprof's pydantic model before any rule is defined, so a misspelled key fails here,
 # before the DAG is built or any job runs.
-import json
 import os
 import sys
 
 from rewardprof.core.config import ConfigError, typed_overrides, validate_config
 from rewardprof.core.layout import RunLayout
-from rewardprof.core.redaction import URL_CREDENTIALS_ENV, masked_urls
+from rewardprof.core.run_config import secret_env
 
 try:
     # values inside a `--config` section come as text; the config is strict (no "4" -> 4)
@@ -17,29 +16,20 @@ try:
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 
-# A URL's user:password never reaches a rule's command or params (Snakemake prints them and
-# keeps them in .snakemake/metadata): the rules get it masked, and the jobs, which inherit this
-# environment, the real URL from it (rewardprof.core.redaction).
-PUBLIC_CONFIG, _REAL_URLS = masked_urls(CFG.model_dump(mode="json"))
-if _REAL_URLS:
-    os.environ[URL_CREDENTIALS_ENV] = json.dumps(_REAL_URLS)
-
 # every path of results/<run>/ (rewardprof.core.layout); shard paths keep {i} and {n} as wildcards
 LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
 LABELS = [e.label for e in CFG.entries]
+# A URL's user:password never reaches a rule's command, params or the run directory's config
+# files (Snakemake prints commands and keeps params in .snakemake/metadata): the files hold it
+# masked, and the jobs get the real URLs through their environment (local jobs and Slurm jobs,
+# --export=ALL, inherit it; rewardprof.core.redaction)
+os.environ.update(secret_env(CFG))
 
 
 wildcard_constraints:
     i=r"\d+",
     n=r"\d+",
     label=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-
-
-def stage_config(*sections):
-    """JSON of the config keys one stage depends on: Snakemake's params trigger reruns only
-    when these change (e.g. a new profile.pass_at_k does not regenerate rollouts)."""
-    keep = {"run", "entries", *sections}
-    return json.dumps({k: v for k, v in PUBLIC_CONFIG.items() if k in keep}, sort_keys=True)
 
 
 def final_outputs():
@@ -51,6 +41,8 @@ def final_outputs():
         # filtered/re-weighted export and the report's plots (rules/export.smk, report.smk)
         LAYOUT.export_combined,
         LAYOUT.report_file("labels"),
+        # the config the run used, for the record
+        LAYOUT.stage_config("full"),
     ]
 
 

@@ -4,12 +4,12 @@ rule export:
     input:
         profile=LAYOUT.profile_tasks,
         report=LAYOUT.materialize_report,
+        cfg=LAYOUT.stage_config("export"),
     output:
         combined=LAYOUT.export_combined,
         by_label=expand(LAYOUT.export_by_label("{label}"), label=LABELS),
         report=LAYOUT.export_report,
     params:
-        cfg=stage_config("profile", "export"),
         out=lambda wildcards, output: os.path.dirname(output.combined),
     log:
         LAYOUT.log("export"),
@@ -18,5 +18,5 @@ rule export:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof export --config-json {params.cfg:q} --profile {input.profile}"
+        "rewardprof export --config {input.cfg} --profile {input.profile}"
         " --report {input.report} --out {params.out} 2> {log} | tee -a {log}"

@@ -1,11 +1,10 @@
 rule materialize:
     input:
         sources=[e.source for e in CFG.entries if isinstance(e.source, str)],
+        cfg=LAYOUT.stage_config("materialize"),
     output:
         tasks=LAYOUT.tasks,
         report=LAYOUT.materialize_report,
-    params:
-        cfg=stage_config(),
     log:
         LAYOUT.log("materialize"),
     benchmark:
@@ -13,5 +12,5 @@ rule materialize:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof materialize --config-json {params.cfg:q}"
+        "rewardprof materialize --config {input.cfg}"
         " --tasks {output.tasks} --report {output.report} 2> {log}"

@@ -3,13 +3,13 @@ rule profile:
         tasks=LAYOUT.tasks,
         rollouts=LAYOUT.rollouts,
         report=LAYOUT.materialize_report,
+        cfg=LAYOUT.stage_config("profile"),
     output:
         tasks=LAYOUT.profile_tasks,
         jsonl=LAYOUT.profile_jsonl,
         summary=LAYOUT.profile_summary,
         by_label=expand(LAYOUT.profile_by_label("{label}"), label=LABELS),
     params:
-        cfg=stage_config("profile"),
         out=lambda wildcards, output: os.path.dirname(output.tasks),
     log:
         LAYOUT.log("profile"),
@@ -19,6 +19,6 @@ rule profile:
         "../envs/core.yaml"
     shell:
         # the per-environment table goes to the log and to the terminal
-        "rewardprof profile --config-json {params.cfg:q} --tasks {input.tasks}"
+        "rewardprof profile --config {input.cfg} --tasks {input.tasks}"
         " --rollouts {input.rollouts} --report {input.report} --out {params.out}"
         " 2> {log} | tee -a {log}"

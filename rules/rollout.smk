@@ -5,10 +5,10 @@ rule rollout:
     input:
         tasks=LAYOUT.shard_tasks("{i}", "{n}"),
         model=engine_model_input(),
+        cfg=LAYOUT.stage_config("rollout"),
     output:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
-        cfg=stage_config("sampling", "engine", "rollout"),
         journal=str(LAYOUT.journal),
     resources:
         engine_slots=engine_resources(),
@@ -20,7 +20,7 @@ rule rollout:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof rollout --config-json {params.cfg:q} --tasks {input.tasks}"
+        "rewardprof rollout --config {input.cfg} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.rollouts}"
         " --shard {wildcards.i} --num-shards {wildcards.n}"
         " --engine-log {log.engine} 2> {log.rollout}"

@@ -1,10 +1,10 @@
 """`rewardprof` command: one subcommand per stage; the Snakemake rules call these.
 
-Each stage takes its config as `--config FILE` (YAML/JSON) or `--config-json TEXT` (what the
-rules pass, so that Snakemake reruns a stage when the keys it depends on change). COMMANDS below
-is the one table of subcommands; a stage's handler turns its arguments into a StagePaths, calls
-the stage's `run(cfg, paths)` and logs the report. Errors of rewardprof (RewardprofError) are
-caught once, in `main`.
+Each stage takes its config as `--config FILE` (YAML/JSON; the rules pass the stage's file of
+the run directory, results/<run>/config/<stage>.json, see core/run_config.py) or
+`--config-json TEXT`. COMMANDS below is the one table of subcommands; a stage's handler turns
+its arguments into a StagePaths, calls the stage's `run(cfg, paths)` and logs the report.
+Errors of rewardprof (RewardprofError) are caught once, in `main`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from rewardprof.core.config import (
     Config,
     ConfigError,
     json_schema,
-    load_config,
     validate_config,
 )
 from rewardprof.core.errors import RewardprofError
+from rewardprof.core.run_config import load_stage_config
 from rewardprof.engine import model
 from rewardprof.engine.preflight import check_sources
 from rewardprof.stages import StagePaths
@@ -50,10 +50,10 @@ def _config(args: argparse.Namespace) -> Config:
     if args.config_json:
         data, origin = json.loads(args.config_json), "--config-json"
     elif args.config:
-        data, origin = load_config(args.config).model_dump(mode="json"), args.config
+        data, origin = load_stage_config(args.config).model_dump(mode="json"), args.config
     else:
         raise ConfigError("give --config FILE or --config-json TEXT")
-    cfg = validate_config(redaction.unmask_urls(data), origin=origin)
+    cfg = validate_config(redaction.unmask_urls(data, origin), origin=origin)
     redaction.install(redaction.config_secrets(cfg.model_dump(mode="json")))
     return cfg
 
@@ -111,8 +111,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _materialize_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--report", required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table to write (Parquet)")
+    p.add_argument("--report", required=True, help="the report to write (JSON)")
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
@@ -133,10 +133,14 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def _shard_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--out", required=True, help="the shard's tasks to write (Parquet)")
+    _shard_index_args(p)
+
+
+def _shard_index_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", type=int, required=True, help="this shard's index i (0..N-1)")
+    p.add_argument("--num-shards", type=int, required=True, help="the number of shards N")
 
 
 def cmd_shard(args: argparse.Namespace) -> int:
@@ -152,9 +156,8 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
     p.add_argument("--tasks", required=True, help="the shard's tasks table")
     p.add_argument("--journal", required=True, help="journal directory (shared by all shards)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--shard", type=int, required=True)
-    p.add_argument("--num-shards", type=int, required=True)
+    p.add_argument("--out", required=True, help="the shard's rollouts to write (Parquet)")
+    _shard_index_args(p)
     p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
 
 
@@ -168,11 +171,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _merge_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--journal", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--report", required=True)
-    p.add_argument("shards", nargs="+")
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--journal", required=True, help="journal directory (for its notes)")
+    p.add_argument("--out", required=True, help="the merged dataset to write (a directory)")
+    p.add_argument("--report", required=True, help="the merge report to write (JSON)")
+    p.add_argument("shards", nargs="+", help="the shard outputs, shard 0 first")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -191,8 +194,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True)
-    p.add_argument("--rollouts", required=True)
+    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
+    p.add_argument("--rollouts", required=True, help="the merged rollouts (rollouts.parquet/)")
     p.add_argument("--report", required=True, help="materialize report (index ranges)")
     p.add_argument("--out", required=True, help="profile output directory")
 
@@ -314,7 +317,7 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardprof", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)

@@ -137,7 +137,7 @@ def _accounting(prof: pd.DataFrame) -> pd.Series:
 
 
 def test_ok_with_null_reward_counts_as_a_verifier_error():
-    """Issue #14: an `ok` record with reward null (older runs) was counted in neither
+    """An `ok` record with reward null (older runs) was counted in neither
     num_rollouts nor num_failed, so ok + failed + missing != K."""
     rollouts = _rollouts()
     rollouts.loc[(rollouts.task_index == 0) & (rollouts.rollout_index == 2), "reward"] = None

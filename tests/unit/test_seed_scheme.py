@@ -1,4 +1,4 @@
-"""Issue #14 item 2: rollout seeds. Distinct 51-bit seed bases per task (the 15-bit bases of
+"""Rollout seeds. Distinct 51-bit seed bases per task (the 15-bit bases of
 seed scheme 1 were shared by most tasks at scale), and journals of seed scheme 1 are stale:
 their rollouts are generated again, never mixed with new ones, and the log says why."""
 
@@ -21,7 +21,7 @@ from rewardprof.testing.fake_server import FakeOpenAI
 
 
 def _scheme1_task_seed(base_seed: int, task_id: str) -> int:
-    """task_seed before issue #14 (seed scheme 1), to write an old journal."""
+    """task_seed of seed scheme 1, to write an old journal."""
     digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFF0000
 
@@ -68,7 +68,7 @@ def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypat
         cfg = kit.make_config(server.base_url, num_repeats=3)
         tasks = kit.make_tasks(tmp_path, cfg, 4)
         journal = tmp_path / "journal"
-        with monkeypatch.context() as m:  # the code before issue #14
+        with monkeypatch.context() as m:  # the code of seed scheme 1
             m.setattr(runner_mod, "task_seed", _scheme1_task_seed)
             m.setattr(runner_mod, "gen_key", legacy_gen_key)
             run_shard(cfg, kit.endpoint(cfg), tasks, journal, tmp_path / "old.parquet", "s0of1")

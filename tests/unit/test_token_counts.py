@@ -1,4 +1,4 @@
-"""Issue #14 item 3: per-rollout completion_tokens must not depend on request batching
+"""Per-rollout completion_tokens must not depend on request batching
 (engine.max_n). The client asks for token ids (return_token_ids, a vLLM extension) in serve
 mode or when told; splitting a usage total by text length is a labeled fallback."""
 

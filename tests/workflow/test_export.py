@@ -134,7 +134,7 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
 
 
 def test_target_share_zero_leaves_the_label_out(run, tmp_path):
-    """Issue #14: `target_share: {a: 0}` wrote a's rows to combined.jsonl with weight 0; the
+    """Before the fix, `target_share: {a: 0}` wrote a's rows to combined.jsonl with weight 0; the
     docs say 0 leaves a label out."""
     import yaml
 

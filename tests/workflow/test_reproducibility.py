@@ -9,12 +9,12 @@ row is a task, and the engine answers it with one of its fixture completions pic
 sample's seed, so rewards vary across a task's rollouts (0, 0.5 and 1, a judge_error). Two
 instruction-following rows are langdetect-sensitive ('hello, world' in lowercase, 'HAVE A NICE
 DAY' in capitals, which unseeded langdetect calls English in ~90% / ~45% of calls): without the
-seed (issue #14, item 1) their rewards differ between rollouts and between runs.
+seed their rewards differ between rollouts and between runs.
 
 Then run A is run again as it is (nothing is requested: its outputs are up to date), and
 resharded in place (num_shards 2 -> 3) after the judge has been fixed: the engine is asked again
 for exactly the rollouts that had failed (the judge_error ones), never for an ok one, and the
-retried rollouts are now ok (issue #14, item 6; README "Rerun one shard", docs/running.md
+retried rollouts are now ok (README "Rerun one shard", docs/running.md
 "Reshard").
 """
 

@@ -11,6 +11,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     rollouts/status/<i>-of-<n>.json                      each rollout job's heartbeat
     rollouts.parquet/, merge_report.json                 the merged dataset
     profile/, export/, report/                           the profile, the export, the report
+    config/<name>.json                                   the config each stage read; full.json
     logs/, benchmarks/                                   one log / timing per job
 """
 
@@ -70,6 +71,8 @@ class RunLayout:
         self.export_combined = self.export_dir / "combined.jsonl"
         self.export_report = self.export_dir / "report.json"
         self.report_dir = root / "report"
+        # the config sections each stage reads, and the whole config (core/run_config.py)
+        self.config_dir = root / "config"
 
     @classmethod
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
@@ -118,6 +121,10 @@ class RunLayout:
     def report_file(self, key: str) -> Path:
         """One of REPORT_FILES by its key, e.g. report_file("labels") -> report/labels.csv."""
         return self.report_dir / REPORT_FILES[key]
+
+    def stage_config(self, name: str) -> Path:
+        """config/<name>.json: the config sections stage `name` reads ("full": all)."""
+        return self.config_dir / f"{name}.json"
 
     # ---- one log and one benchmark per job -----------------------------------------------
     def log(self, stage: str) -> Path:

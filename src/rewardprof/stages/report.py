@@ -148,8 +148,32 @@ def _tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path:
 
 def _failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
-    kinds = sorted({k for lab in labels for k in lab.get("failed_by_kind", {})})
+    fig = _failure_figure(labels)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _failure_figure(labels: list[dict[str, Any]]):
+    """Failure rate by kind (stacked) and truncation rate per label; with neither, a figure
+    that says so instead of empty bars on an axis around 0."""
+    plt = _plt()
+    kinds = sorted({k for lab in labels for k, n in lab.get("failed_by_kind", {}).items() if n})
     names = [lab["label"] for lab in labels]
+    trunc = [lab["truncation_rate"] or 0.0 for lab in labels]
+    if not kinds and not any(trunc):
+        fig, ax = plt.subplots(figsize=(8, 1.5))
+        ax.axis("off")
+        rollouts = sum(lab["expected_rollouts"] for lab in labels)
+        ax.text(
+            0.5,
+            0.5,
+            f"No failed or truncated rollouts ({rollouts} rollouts, {len(labels)} labels)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_title("Failures by kind and truncation, by label")
+        return fig
     y = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * max(len(labels), 2)))
     left = np.zeros(len(labels))
@@ -164,16 +188,15 @@ def _failure_bars(labels: list[dict[str, Any]], path: Path) -> None:
         )
         ax.barh(y - 0.2, rates, height=0.4, left=left, label=f"failed: {kind}")
         left += rates
-    trunc = [lab["truncation_rate"] or 0.0 for lab in labels]
     ax.barh(y + 0.2, trunc, height=0.4, color="tab:gray", label="truncated (length)")
+    ax.set_xlim(0, 1.1 * max(float(left.max()), max(trunc)))
     ax.set_yticks(y, names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("share of expected rollouts")
     ax.set_title("Failures by kind and truncation, by label")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    return fig
 
 
 def _write_csv(path: Path, cols: list[str], rows: list[dict[str, Any]]) -> None:

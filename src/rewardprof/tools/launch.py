@@ -221,7 +221,13 @@ def follow_hint(job, opts: LaunchOptions) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof launch` (the command table is in rewardprof.cli)."""
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--slurm", dest="cluster", action="store_const", const="slurm")
+    where.add_argument(
+        "--slurm",
+        dest="cluster",
+        action="store_const",
+        const="slurm",
+        help="submit the controller to Slurm (submitit)",
+    )
     where.add_argument(
         "--local",
         dest="cluster",
@@ -237,11 +243,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=2880,
         help="minutes per attempt (default 2880)",
     )
-    p.add_argument("--cpus", type=int, default=1)
-    p.add_argument("--mem-gb", type=float, default=4)
-    p.add_argument("--partition", default=None)
-    p.add_argument("--account", default=None)
-    p.add_argument("--qos", default=None)
+    p.add_argument("--cpus", type=int, default=1, help="CPUs of the controller job (default 1)")
+    p.add_argument("--mem-gb", type=float, default=4, help="its memory in GB (default 4)")
+    p.add_argument("--partition", default=None, help="its partition (default: the cluster's)")
+    p.add_argument("--account", default=None, help="its account (default: the cluster's)")
+    p.add_argument("--qos", default=None, help="its QOS (default: none)")
     p.add_argument(
         "--max-requeues",
         type=int,
@@ -256,7 +262,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=120,
         help="seconds before the time limit at which the controller checkpoints",
     )
-    p.add_argument("--log-dir", default=DEFAULT_LOG_DIR)
+    p.add_argument(
+        "--log-dir",
+        default=DEFAULT_LOG_DIR,
+        help=f"where submitit keeps the controller's logs (default {DEFAULT_LOG_DIR})",
+    )
     p.add_argument("--wait", action="store_true", help="block until the controller finishes")
     p.add_argument(
         "snakemake_args", nargs=argparse.REMAINDER, help="-- then the snakemake arguments"

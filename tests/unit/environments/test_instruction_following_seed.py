@@ -1,4 +1,4 @@
-"""instruction_following scores one text the same way every time (issue #14, item 1).
+"""instruction_following scores one text the same way every time.
 
 IFEval's english_lowercase / english_capital / response_language call langdetect, which samples
 n-grams at random: unseeded, 'hello, world' passed english_lowercase in ~90 of 100 calls. These

@@ -4,6 +4,8 @@ heartbeat for `rewardprof status` (heartbeat, progress)."""
 
 from __future__ import annotations
 
+import functools
+
 from rewardprof.core.config import Config
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
@@ -12,10 +14,11 @@ from rewardprof.stages.rollout.journal import JournalLocked
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:
-    """Open the engine session (an endpoint, or a vLLM server logging to paths.engine_log),
-    collect every missing rollout of shard paths.shard of paths.num_shards (its tasks:
+    """Collect every missing rollout of shard paths.shard of paths.num_shards (its tasks:
     paths.tasks) into the journal (paths.journal), write the shard's output (paths.out) and
-    return the shard's summary."""
+    return the shard's summary. The engine session (an endpoint, or a vLLM server logging to
+    paths.engine_log) opens only after the journal was read, and only when something is
+    missing: a shard with everything journaled finishes in seconds without an engine."""
     from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
 
     tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
@@ -25,8 +28,9 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         beat.write(state="starting")
         beat.beat_while_starting()  # serve mode: the engine takes minutes to load
     try:
-        with engine_session(cfg, paths.engine_log) as endpoint:
-            summary = run_shard(cfg, endpoint, tasks, journal, out, tag, heartbeat=beat)
+        # the engine is opened only if the journal lacks some rollout (run_shard)
+        engine = functools.partial(engine_session, cfg, paths.engine_log)
+        summary = run_shard(cfg, engine, tasks, journal, out, tag, heartbeat=beat)
     except JournalLocked:
         if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
             beat.data["state"] = "refused"

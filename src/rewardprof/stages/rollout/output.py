@@ -67,6 +67,19 @@ def write_output(
             f"{shard_tag}: {failed} of {expected} rollouts failed terminally ({kinds}), "
             f"over rollout.max_failed_fraction={limit:g}; rerun the shard to retry them"
         )
+    if failed:
+        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
+        log.warning(
+            "%s: %d of %d rollouts failed terminally (%s), within "
+            "rollout.max_failed_fraction=%g: the output is written and a plain rerun keeps it; "
+            "to retry them add --forcerun rollout to the snakemake command (or delete %s)",
+            shard_tag,
+            failed,
+            expected,
+            kinds,
+            limit,
+            out_path,
+        )
     picks: dict[int, list[int]] = {}
     new_index: dict[tuple[int, int], int] = {}
     for src, row, ti in zip(

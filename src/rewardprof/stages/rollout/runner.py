@@ -18,6 +18,8 @@ import signal
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +310,7 @@ async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) ->
     except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
         return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
     if verdict.status == OK and (verdict.reward is None or verdict.reward != verdict.reward):
-        # "ok" without a reward would count as neither scored nor failed (issue #14)
+        # "ok" without a reward would count as neither scored nor failed
         return Verdict.failure(
             FailureKind.VERIFIER_ERROR,
             f"environment {env.name!r} returned status ok with reward {verdict.reward}",
@@ -319,26 +321,26 @@ async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) ->
 
 def run_shard(
     cfg: Config,
-    endpoint: Endpoint,
+    endpoint: Endpoint | Callable[[], AbstractContextManager[Endpoint]],
     shard_tasks: str | Path,
     journal_dir: str | Path,
     out_path: str | Path,
     shard_tag: str,
     heartbeat: ShardHeartbeat | None = None,
 ) -> dict[str, Any]:
-    """Collect every missing rollout of the shard's tasks, then write the shard output;
+    """Collect every missing rollout of the shard's tasks, then write the shard output.
+    `endpoint` is an Endpoint or what opens one (engine_session): it is opened only when the
+    journal lacks some rollout, so a shard with nothing to generate starts no engine;
     `heartbeat` (if any) is kept up to date for `rewardprof status`."""
     journal = Path(journal_dir)
+    if isinstance(endpoint, Endpoint):
+        planned, open_engine = endpoint, lambda: contextlib.nullcontext(endpoint)
+    else:  # what gen_key needs is known before any engine: the model name of the requests
+        planned, open_engine = Endpoint("", cfg.model_name, identity="not started"), endpoint
     with ShardLock(journal, shard_tag):
         remove_stale_tmp(journal, shard_tag, Path(out_path))
-        run = ShardRun(
-            cfg,
-            endpoint,
-            load_tasks(Path(shard_tasks)),
-            journal,
-            shard_tag,
-            tasks_path=Path(shard_tasks),
-        )
+        tasks = load_tasks(Path(shard_tasks))
+        run = ShardRun(cfg, planned, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
         missing, info = run.missing()
         todo = sum(len(m) for m in missing)
         log.info(
@@ -354,8 +356,8 @@ def run_shard(
         )
         if info["stale_seed_scheme_1"]:
             log.warning(
-                "%s: %d of the stale records were made under seed scheme 1 (before "
-                "issue #14; seed scheme now %d): they are not reused, their rollouts "
+                "%s: %d of the stale records were made under seed scheme 1 (seed "
+                "scheme now %d): they are not reused, their rollouts "
                 "are generated again with the new seeds (docs/robustness.md)",
                 shard_tag,
                 info["stale_seed_scheme_1"],
@@ -365,12 +367,13 @@ def run_shard(
             expected = int(run.tasks["num_repeats"].sum())
             heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
         if todo:
-            interval = cfg.rollout.progress_interval_s
-            progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
-            try:
-                asyncio.run(_with_sigterm(run.generate(missing, progress)))
-            finally:
-                progress.close()
+            with open_engine() as run.endpoint:
+                interval = cfg.rollout.progress_interval_s
+                progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
+                try:
+                    asyncio.run(_with_sigterm(run.generate(missing, progress)))
+                finally:
+                    progress.close()
         summary = write_output(run.cfg, run.tasks, journal, run.gen_key, shard_tag, Path(out_path))
         summary.update(generated=todo, **info)
         log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))

@@ -11,7 +11,7 @@ from rewardprof.core.config import MAX_NUM_REPEATS, Config
 
 # How a rollout's seed derives from its task (task_seed below). Part of gen_key: records made
 # under another scheme are stale (not reused, regenerated), so one shard never mixes schemes.
-#   1: 15 bits of sha256 << 16 (before issue #14: 2^15 distinct bases, shared at scale)
+#   1: 15 bits of sha256 << 16 (the first scheme: 2^15 distinct bases, shared at scale)
 #   2: 51 bits of sha256 << 12, rollout index in the low 12 bits (docs/robustness.md)
 SEED_SCHEME = 2
 ROLLOUT_BITS = 12  # K <= 2^12 (config: MAX_NUM_REPEATS)

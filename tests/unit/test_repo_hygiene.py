@@ -1,0 +1,111 @@
+"""What the repository says about itself holds: every CLI argument has help text; no file names
+a file outside the repository or an issue of a tracker; every fenced block of README and docs/
+names its language, and a command block is either run by tests/workflow/test_doc_commands.py
+or marked with why it cannot run here; a documented `--configfile` is never followed by a
+target (Snakemake would read the target as one more config file)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+
+import pytest
+from harness.doc_commands import (
+    REASONS,
+    REPO,
+    blocks,
+    doc_files,
+    snakemake_commands,
+    words_after_configfile,
+)
+
+from rewardprof.cli import build_parser
+
+
+def _arguments_without_help(parser: argparse.ArgumentParser, prefix: str) -> list[str]:
+    missing: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += _arguments_without_help(sub, f"{prefix} {name}")
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            missing.append(f"{prefix} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
+def test_every_cli_argument_has_help_text():
+    assert _arguments_without_help(build_parser(), "rewardprof") == []
+
+
+def _repo_text_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    return [name for name in listed if name and (REPO / name).is_file()]
+
+
+# spelled in pieces so that this file does not match itself
+_OUTSIDE = re.compile(
+    "|".join(
+        [
+            r"\b" + "FACTS" + r"\.md\b",
+            r"\b" + "DESIGN" + r"\.md\b",
+            r"\.\./" + "shared/",
+            "/" + "work/",
+        ]
+    )
+)
+_ISSUE = re.compile(r"\b" + "issues?" + r"\s*#?\s*\d+\b|\bPR\s*#\d+", re.I)
+
+
+def test_no_file_names_a_file_outside_the_repository_or_an_issue_number():
+    problems: list[str] = []
+    files = _repo_text_files()
+    for name in files:
+        try:
+            text = (REPO / name).read_text()
+        except UnicodeDecodeError:
+            continue  # images, Parquet fixtures
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for pattern in (_OUTSIDE, _ISSUE):
+                m = pattern.search(line)
+                if m:
+                    problems.append(f"{name}:{lineno}: {m.group(0)!r}")
+    assert len(files) > 100  # the listing saw the repository
+    assert problems == []
+
+
+_ALL_BLOCKS = [b for path in doc_files() for b in blocks(path)]
+
+
+def test_the_docs_have_command_blocks():
+    assert len([b for b in _ALL_BLOCKS if b.is_shell]) >= 15
+
+
+@pytest.mark.parametrize("block", _ALL_BLOCKS, ids=lambda b: b.where)
+def test_every_fence_names_its_language_and_marks_are_known(block):
+    assert block.info, f"{block.where}: label the fence (bash for commands, text for output)"
+    if block.mark is not None:
+        assert block.is_shell, f"{block.where}: only command blocks are marked"
+        assert block.mark in REASONS, f"{block.where}: unknown reason {block.mark!r}"
+    elif block.is_shell:
+        # run verbatim by the workflow test: no placeholder a shell would mistake for a redirect
+        for command in block.commands():
+            assert not re.search(r"<\w+>", command), f"{block.where}: placeholder in {command!r}"
+
+
+def test_no_documented_configfile_is_followed_by_a_target():
+    bad = [
+        (where, command)
+        for path in doc_files()
+        for where, command in snakemake_commands(path)
+        if not all(w.endswith((".yaml", ".yml", ".json")) for w in words_after_configfile(command))
+    ]
+    assert bad == []
+    shown = [c for path in doc_files() for _, c in snakemake_commands(path)]
+    assert any("--configfile" in c for c in shown)  # the check saw the commands
