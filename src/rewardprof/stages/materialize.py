@@ -126,6 +126,8 @@ def _raise_bad_rows(bad: list[RowErrors]) -> None:
     if not total:
         return
     lines = [line for e in bad for line in e.report()]
+    if total == 1:  # one bad row: its own line is the whole error
+        raise SourceError(lines[0])
     sources = sum(1 for e in bad if e.count)
     raise SourceError(
         f"{total} bad rows in {sources} source(s); fix or remove them and rerun "
