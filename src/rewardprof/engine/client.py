@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,27 +74,14 @@ class ChatClient:
         self.rng = rng or random.Random()
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        token = self.liveness.attempt_started() if self.liveness else 0
-        answered, refused = False, None
-        try:
-            reply = await post_json(
-                self.session,
-                self.url,
-                body,
-                self.settings.request_timeout_s,
-                self.headers,
-                secret=self._secret,
-            )
-            answered = True
-        except AttemptError as exc:
-            answered = exc.kind not in (FailureKind.CONNECTION_ERROR, FailureKind.TIMEOUT)
-            if exc.kind == FailureKind.CONNECTION_ERROR and is_connect_failure(exc.detail):
-                refused = self.redact(exc.detail)
-            raise
-        finally:
-            if self.liveness:
-                self.liveness.attempt_ended(token, answered, refused)
-        return reply
+        return await post_json(
+            self.session,
+            self.url,
+            body,
+            self.settings.request_timeout_s,
+            self.headers,
+            secret=self._secret,
+        )
 
     async def complete(self, body: dict[str, Any]) -> ChatResult:
         """Ask for body['n'] samples; return every choice received, plus a failure if some
@@ -112,7 +100,7 @@ class ChatClient:
             if base_seed is not None:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
-            payload = await self._post(req)
+            payload = await self._observed(self._post(req))
             choices, prompt_tokens = parse_choices(payload, n - first)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens
@@ -147,6 +135,26 @@ class ChatClient:
 
     def _endpoint_failing(self) -> bool:
         return self.liveness is not None and self.liveness.failing_since is not None
+
+    async def _observed(self, post: Awaitable[Any]) -> Any:
+        """`await post` (one attempt), telling the liveness how it ended: any HTTP answer,
+        even a malformed one, shows the server is up; a connection never made, that it is
+        not."""
+        if self.liveness is None:
+            return await post
+        token = self.liveness.attempt_started()
+        answered, refused = False, None
+        try:
+            payload = await post
+            answered = True
+            return payload
+        except AttemptError as exc:
+            answered = exc.kind not in (FailureKind.CONNECTION_ERROR, FailureKind.TIMEOUT)
+            if exc.kind == FailureKind.CONNECTION_ERROR and is_connect_failure(exc.detail):
+                refused = self.redact(exc.detail)
+            raise
+        finally:
+            self.liveness.attempt_ended(token, answered, refused)
 
     def redact(self, text: str) -> str:
         """Error text as recorded: the API key never reaches a record, a log or an exception."""

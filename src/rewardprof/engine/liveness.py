@@ -3,12 +3,12 @@
 Every HTTP attempt of the rollout client reports here: an answer of any kind (even a 500) shows
 the server is up; a connection that cannot be made (refused, no route: `is_connect_failure`)
 shows it is not. A connection cut mid-answer or a timeout says neither. The endpoint counts as
-down when every attempt since the first connection error after the last answer has failed with a
-connection error, no attempt has been in flight for longer than a connect takes (an attempt
+down when every attempt since the first connection error after the last answer has failed with
+a connection error, no attempt has been in flight for longer than a connect takes (an attempt
 that has waited `CONNECTED_AFTER_S` got a connection: generating is slow, connecting to a dead
-port is not), and that has lasted `down_after_s`
-(`rollout.endpoint_down_s`). `watch()` checks that on a clock, not when the next error comes:
-requests sleeping in their retry backoff do not each wait out their own budget first.
+port is not), and that has lasted `down_after_s` (`rollout.endpoint_down_s`). `watch()` checks
+that on a clock, not when the next error comes: requests sleeping in their retry backoff do not
+each wait out their own budget first.
 """
 
 from __future__ import annotations
