@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field
-
 from rewardprof.environments import (
     Environment,
     EnvironmentOptions,
@@ -32,15 +30,15 @@ def final_answer(completion: str) -> str | None:
 
 
 class ExactMatchOptions(EnvironmentOptions):
-    # The entry's `options:`, checked with the config; a description is the key's docs.
-    case_sensitive: bool = Field(False, description="Compare answers case-sensitively.")
+    # The entry's `options:`, checked with the config; a key's docstring is its docs.
+    case_sensitive: bool = False
+    """Compare answers case-sensitively."""
 
 
-class ExactMatchEnvironment(Environment):
+# The type parameter is the options model: self.options is the entry's options, validated.
+class ExactMatchEnvironment(Environment[ExactMatchOptions]):
     name = "exact_match"
     required_fields = ("expected_answer",)  # check_row refuses rows without it
-    Options = ExactMatchOptions
-    options: ExactMatchOptions  # self.options: the validated model
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)  # required fields

@@ -100,11 +100,26 @@ def test_crash_at_start_raises_with_log_tail(tmp_path):
     _assert_gone(needle, "127.0.0.1", None)
 
 
+@pytest.fixture(params=["default", "ignored"])
+def inherited_sigint(request):
+    """SIGINT as the job inherits it: Python's default, or ignored (a job started in the
+    background by a non-interactive shell: `snakemake ... &`, nohup, a batch script)."""
+    previous = signal.signal(
+        signal.SIGINT, signal.SIG_IGN if request.param == "ignored" else signal.default_int_handler
+    )
+    yield request.param
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("body", ["sleep", "asyncio"])
-def test_death_during_run_raises_with_log_tail(tmp_path, body):
-    cfg, needle = _cfg(tmp_path, "die_after:1.0")
+def test_death_during_run_raises_with_log_tail(tmp_path, body, inherited_sigint):
+    trigger = tmp_path / "die-now"
+    cfg, needle = _cfg(tmp_path, f"die_when:{trigger}")
     finished = []
     with pytest.raises(EngineError) as err, serve(cfg, tmp_path / "engine.log"):
+        # the server is ready and the run has begun: only now may the engine die (a death on
+        # a timer from the server's start could land while it was still starting)
+        trigger.touch()
         if body == "sleep":
             time.sleep(120)
         else:
@@ -115,6 +130,9 @@ def test_death_during_run_raises_with_log_tail(tmp_path, body):
     assert "exited with code 7 during the run" in msg
     assert "engine core died unexpectedly (pretend)" in msg
     _assert_gone(needle, "127.0.0.1", None)  # the orphaned "engine core" child is swept too
+    assert signal.getsignal(signal.SIGINT) == (
+        signal.SIG_IGN if inherited_sigint == "ignored" else signal.default_int_handler
+    )  # the job's own disposition is back
 
 
 def test_server_ignoring_sigterm_is_killed_after_grace(tmp_path):

@@ -8,12 +8,12 @@ import pyarrow as pa
 # One row per task: materialize/tasks.parquet and every shards/<i>-of-<n>.parquet.
 TASKS_SCHEMA = pa.schema(
     [
-        ("task_index", pa.int64()),
-        ("task_id", pa.string()),
-        ("label", pa.string()),
-        ("environment", pa.string()),
-        ("num_repeats", pa.int32()),
-        ("source_line", pa.int64()),
+        ("task_index", pa.int64()),  # 0..T-1 over all entries, by cumulative offsets in order
+        ("task_id", pa.string()),  # content hash of environment + the row's canonical JSON
+        ("label", pa.string()),  # the entry's label: the profile's grouping
+        ("environment", pa.string()),  # the registered environment that verifies the task
+        ("num_repeats", pa.int32()),  # K: the entry's rollouts per task
+        ("source_line", pa.int64()),  # 1-based line (JSONL) or row (Parquet, generator)
         ("messages", pa.string()),  # prompt messages, JSON text, built by the environment
         ("row", pa.string()),  # the original row, canonical JSON text
     ]

@@ -81,8 +81,14 @@ def http_get_json(url: str, timeout: float = 3.0) -> tuple[int, object]:
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM to the job becomes SystemExit(143), so `finally` blocks stop the server."""
+def job_signals_raise() -> Iterator[None]:
+    """SIGTERM to the job becomes SystemExit(143), so `finally` blocks stop the server; SIGINT
+    raises KeyboardInterrupt even where the job inherited it ignored.
+
+    The server's watchdog interrupts the main thread with SIGINT when the server dies. A job
+    started in the background by a non-interactive shell (`snakemake ... &`, nohup, a batch
+    script) inherits SIGINT as ignored, and Python then installs no handler: the interrupt
+    would be lost and the job would wait out its run against a dead server."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -90,8 +96,10 @@ def sigterm_raises() -> Iterator[None]:
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous_term = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)

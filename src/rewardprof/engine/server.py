@@ -41,8 +41,8 @@ from rewardprof.engine.host import (
     die_with_parent,
     free_port,
     http_get_json,
+    job_signals_raise,
     processes_with_env,
-    sigterm_raises,
 )
 from rewardprof.engine.model import engine_python, resolve_model
 
@@ -371,7 +371,7 @@ def serve(cfg: Config, log_path: str | Path | None = None) -> Iterator[VLLMServe
             f"(log: {server.log_path}); last log lines:\n{server.tail()}"
         )
 
-    with sigterm_raises():
+    with job_signals_raise():
         try:
             server.start()
             failure: BaseException | None = None

@@ -7,9 +7,10 @@ Adding an environment is one module with one `Environment` subclass and one regi
 from __future__ import annotations
 
 import asyncio
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.environments.extract import get_field
@@ -118,12 +119,18 @@ def with_example(messages: list[dict[str, Any]], example: list[dict[str, str]]) 
     return [*messages[:i], *example, *messages[i:]]
 
 
-class Environment:
-    """Base class. Subclasses set `name`, `required_fields`, `Options` and implement `verify`.
+OptionsT = TypeVar("OptionsT", bound=EnvironmentOptions)
 
-    `Options` is a pydantic model of the entry's `options:` (see
-    `rewardprof.environments.options`); it is validated with the config, and again when the
-    environment is made (a pydantic ValidationError for a bad mapping), into `self.options`.
+
+class Environment(Generic[OptionsT]):
+    """Base class. A subclass names its options model once, as the type parameter
+    (`class MathEnvironment(Environment[MathOptions])`), sets `name` and `required_fields`, and
+    implements `verify`.
+
+    The options model, a pydantic model of the entry's `options:` (see
+    `rewardprof.environments.options`), becomes the class's `Options`; it is validated with the
+    config, and again when the environment is made (a pydantic ValidationError for a bad
+    mapping), into `self.options`.
     `prompt` runs once per task at materialize time (its messages are stored in the tasks
     table); `verify` runs once per rollout inside the rollout job.
     """
@@ -136,6 +143,17 @@ class Environment:
     prompt_keys: ClassVar[tuple[str, ...]] = ()
     # A worked exchange shown before each task when the options say `few_shot: true`.
     few_shot_example: ClassVar[list[dict[str, str]] | None] = None
+
+    options: OptionsT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the type parameter of `Environment[X]` is the options model: declared once, read here
+        for base in getattr(cls, "__orig_bases__", ()):
+            if typing.get_origin(base) is Environment:
+                (model,) = typing.get_args(base)
+                if isinstance(model, type):
+                    cls.Options = model
 
     def __init__(self, options: dict[str, Any] | EnvironmentOptions | None = None):
         self.options = self.Options.model_validate({} if options is None else options)

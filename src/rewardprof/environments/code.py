@@ -100,11 +100,9 @@ class CodeOptions(EnvironmentOptions):
         return Limits(**self.model_dump(exclude={"cpu_s"}), cpu_s=cpu_s)
 
 
-class CodeEnvironment(Environment):
+class CodeEnvironment(Environment[CodeOptions]):
     name = "code"
-    Options = CodeOptions
     prompt_keys = ("question",)
-    options: CodeOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

@@ -91,11 +91,9 @@ class InstructionFollowingOptions(VerifyTimeout):
     (extras.unavailable)."""
 
 
-class InstructionFollowingEnvironment(Environment):
+class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
     name = "instruction_following"
     required_fields = ()
-    Options = InstructionFollowingOptions
-    options: InstructionFollowingOptions
 
     def warm(self) -> None:
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""

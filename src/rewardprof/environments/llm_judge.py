@@ -87,11 +87,9 @@ class LLMJudgeOptions(JudgeOptions):
         return v
 
 
-class LLMJudgeEnvironment(Environment):
+class LLMJudgeEnvironment(Environment[LLMJudgeOptions]):
     name = "llm_judge"
-    Options = LLMJudgeOptions
     prompt_keys = ("question",)
-    options: LLMJudgeOptions
 
     def __init__(self, options: dict[str, Any] | LLMJudgeOptions | None = None):
         super().__init__(options)

@@ -69,12 +69,10 @@ class MathOptions(VerifyTimeout):
     expected answer; VERDICT: EQUIVALENT gives 1 (extras.judged)."""
 
 
-class MathEnvironment(Environment):
+class MathEnvironment(Environment[MathOptions]):
     name = "math"
     required_fields = ("expected_answer",)
-    Options = MathOptions
     prompt_keys = ("problem", "question")
-    options: MathOptions
 
     def __init__(self, options: dict[str, Any] | MathOptions | None = None):
         super().__init__(options)

@@ -162,13 +162,11 @@ class MCQOptions(FewShot):
     `Answer:`, option text) or NeMo Gym's strict_single_letter_boxed (its mcqa default)."""
 
 
-class MCQEnvironment(Environment):
+class MCQEnvironment(Environment[MCQOptions]):
     name = "mcq"
     required_fields = ("expected_answer",)
-    Options = MCQOptions
     prompt_keys = ("question",)
     few_shot_example = FEW_SHOT
-    options: MCQOptions
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)

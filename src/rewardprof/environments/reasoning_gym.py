@@ -79,13 +79,11 @@ class ReasoningGymOptions(VerifyTimeout, FewShot):
     """Options of the reasoning_gym environment."""
 
 
-class ReasoningGymEnvironment(Environment):
+class ReasoningGymEnvironment(Environment[ReasoningGymOptions]):
     name = "reasoning_gym"
     required_fields = ("question",)
-    Options = ReasoningGymOptions
     prompt_keys = ("question",)
     few_shot_example = FEW_SHOT
-    options: ReasoningGymOptions
 
     def warm(self) -> None:
         """Import reasoning-gym now, e.g. before a fork-based pool starts (saves ~3 s/worker)."""

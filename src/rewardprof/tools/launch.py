@@ -11,7 +11,8 @@ releases its lock), and submitit requeues the job. The requeued controller runs
 already journaled is regenerated. `scancel` of the controller job stops the whole run.
 
 Snakemake itself is a child process with USR2 ignored: Slurm signals every process of the job,
-and USR2's default action would kill Snakemake before it could cancel its jobs.
+and USR2's default action would kill Snakemake before it could cancel its jobs. Its SIGINT is
+reset to the default, since a controller started in the background inherits SIGINT ignored.
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ class ControllerFailed(RewardprofError, RuntimeError):
     """The Snakemake controller job failed, or ended without a result."""
 
 
-def _ignore_usr2() -> None:  # preexec_fn: the child ignores USR2 (inherited through exec)
+def _snakemake_signals() -> None:
+    """preexec_fn: USR2 ignored (inherited through exec); SIGINT at its default even if this
+    controller was started with it ignored (in the background by a non-interactive shell):
+    SIGINT is how the controller stops Snakemake."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass
@@ -88,7 +93,7 @@ class Controller:
         cmd = self.command()
         print("rewardprof controller: " + " ".join(cmd), flush=True)
         self._proc = proc = subprocess.Popen(
-            cmd, cwd=self.workdir, env=env, preexec_fn=_ignore_usr2
+            cmd, cwd=self.workdir, env=env, preexec_fn=_snakemake_signals
         )
         # a thread reaps snakemake; the main thread stays free for the signal handlers (a
         # handler interrupting Popen.wait() could never wait for the process itself)

@@ -3,8 +3,9 @@
 Speaks just enough of the server for serve mode's lifecycle: binds --host/--port like vLLM (no
 SO_REUSEPORT, so a taken port fails with 'Address already in use'), answers /health and
 /v1/models with every --served-model-name, and starts a child process like vLLM's engine core.
-FAKE_VLLM_BEHAVIOUR picks a failure: `crash_at_start`, `die_after:<s>`, `ignore_sigterm`,
-`never_ready`.
+FAKE_VLLM_BEHAVIOUR picks a failure: `crash_at_start`, `die_when:<path>` (the engine core "dies"
+once <path> exists: the test creates it when its run has started, so the death lands during
+the run by construction, whatever the machine's speed), `ignore_sigterm`, `never_ready`.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ def main() -> None:
         print(f"ERROR fake vLLM: {exc!r}", flush=True)  # [Errno 98] Address already in use
         sys.exit(1)
     print(f"INFO Starting vLLM server on http://{args.host}:{args.port}", flush=True)
-    if behaviour.startswith("die_after:"):
+    if behaviour.startswith("die_when:"):
+        trigger = behaviour.split(":", 1)[1]
 
         def die() -> None:
-            time.sleep(float(behaviour.split(":", 1)[1]))
+            while not os.path.exists(trigger):
+                time.sleep(0.05)
             print("ERROR fake vLLM: engine core died unexpectedly (pretend)", flush=True)
             os._exit(7)
 
