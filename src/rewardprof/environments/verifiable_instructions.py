@@ -23,13 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardprof.core.errors import RewardprofError
 from rewardprof.environments import verifiable_checks as vc
 
 RELATIONS = vc.RELATIONS
 PUNKT = "punkt_tab"
 
 
-class ArgumentMissing(ValueError):
+class ArgumentMissing(RewardprofError, ValueError):
     """A kwarg the check needs is absent; NeMo Gym would draw it at random."""
 
 

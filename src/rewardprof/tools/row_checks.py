@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rewardprof.core.config import Config, GeneratorSource
+from rewardprof.core.config import Config, Entry, GeneratorSource
+from rewardprof.environments import instruction_checks as checks
 from rewardprof.environments import make_environment
-from rewardprof.environments.instruction_checks import install_hint, nltk_installed, nltk_needs
 from rewardprof.environments.instruction_following import row_fields
-from rewardprof.sources.files import iter_rows, resolve_source
+from rewardprof.sources.files import SourceError, iter_rows, resolve_source
 
 
 def _entry_needs(cfg: Config, i: int, base_dir: Path | None) -> dict[str, set[str]]:
@@ -25,9 +25,17 @@ def _entry_needs(cfg: Config, i: int, base_dir: Path | None) -> dict[str, set[st
             break
         ids = row_fields(row)["instruction_id_list"]
         for iid in ids if isinstance(ids, list) else []:
-            for resource in nltk_needs(str(iid)):
+            for resource in checks.nltk_needs(str(iid)):
                 needs.setdefault(resource, set()).add(str(iid))
     return needs
+
+
+def _readable(entry: Entry, base_dir: Path | None) -> bool:
+    try:
+        resolve_source(entry, base_dir)
+    except SourceError:
+        return False  # a missing source is the preflight's error (check_sources), not this one
+    return True
 
 
 def nltk_report(cfg: Config, base_dir: Path | None = None) -> tuple[list[str], list[str]]:
@@ -39,21 +47,21 @@ def nltk_report(cfg: Config, base_dir: Path | None = None) -> tuple[list[str], l
         if isinstance(entry.source, GeneratorSource):
             continue
         env = make_environment(entry.environment, entry.options)
-        if not hasattr(env, "nltk_missing") or not resolve_source(entry, base_dir).exists():
-            continue  # a missing source is check_sources' error
+        if not hasattr(env, "nltk_missing") or not _readable(entry, base_dir):
+            continue
         allow = getattr(env.options, "nltk_missing", "fail") == "unavailable"
         for resource, ids in sorted(_entry_needs(cfg, i, base_dir).items()):
-            state = "installed" if nltk_installed(resource) else "NOT INSTALLED"
+            state = "installed" if checks.nltk_installed(resource) else "NOT INSTALLED"
             if state != "installed" and allow:
                 state += " (options.nltk_missing: unavailable: those checks are left out)"
             lines.append(
                 f"entries[{i}] ({entry.label}): NLTK data {resource!r} needed by "
                 f"{', '.join(sorted(ids))}: {state}"
             )
-            if not nltk_installed(resource) and not allow:
+            if not checks.nltk_installed(resource) and not allow:
                 missing.append(
                     f"entries[{i}] ({entry.label}): instruction {sorted(ids)[0]} needs NLTK data "
                     f"{resource!r}, which is not installed: install it with "
-                    f"{install_hint(resource)}"
+                    f"{checks.install_hint(resource)}"
                 )
     return lines, missing
