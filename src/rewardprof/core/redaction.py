@@ -45,15 +45,27 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
-def _walk(data: Any, key: str = "") -> Iterator[tuple[str, Any]]:
-    """(key, value) of every mapping entry in nested dicts and lists."""
-    if isinstance(data, dict):
-        for k, v in data.items():
-            yield str(k), v
-            yield from _walk(v, str(k))
-    elif isinstance(data, list):
-        for v in data:
-            yield from _walk(v, key)
+# A config about to be refused may be a YAML anchor bomb (core/limits.py): the walk for its
+# secrets stops after this many values instead of expanding it, and never recurses.
+_WALK_MAX_VALUES = 1_000_000
+_WALK_MAX_DEPTH = 64
+
+
+def _walk(data: Any) -> Iterator[tuple[str, Any]]:
+    """(key, value) of every mapping entry in nested dicts and lists (bounded: see above)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    seen = 0
+    while stack and seen < _WALK_MAX_VALUES:
+        item, depth = stack.pop()
+        seen += 1
+        if depth >= _WALK_MAX_DEPTH:
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                yield str(k), v
+                stack.append((v, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
 
 
 def config_secrets(data: dict[str, Any]) -> list[str]:
