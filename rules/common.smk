@@ -9,9 +9,10 @@ from rewardprof.core.layout import RunLayout
 from rewardprof.core.run_config import secret_env
 
 try:
-    # values inside a `--config` section come as text; the config is strict (no "4" -> 4)
+    # values inside a `--config` section come as text (config_settings.config: the --config
+    # values only, not the config files'); the config is strict (no "4" -> 4)
     CFG = validate_config(
-        typed_overrides(config, workflow.config_settings.overwrite_config), origin="config"
+        typed_overrides(config, dict(workflow.config_settings.config)), origin="config"
     )
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
