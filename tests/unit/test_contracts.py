@@ -20,8 +20,11 @@ SHARED = {
     "profile": {"task_profile"},
     "export": {"drop_reasons", "label_weights"},
 }
-# a program the sandbox runs (reads its argv when imported), not a module
-NOT_MODULES = {"rewardprof.environments._sandbox_launcher"}
+# programs the sandbox runs (each reads its argv and pipes when imported), not modules
+NOT_MODULES = {
+    "rewardprof.environments._sandbox_launcher",
+    "rewardprof.environments._sandbox_runner",
+}
 
 
 def _modules():
