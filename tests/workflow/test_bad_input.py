@@ -1,6 +1,7 @@
 """The bad-input catalogue: every way a user's manifest or data can be wrong, through the real
 Snakefile. Each case must fail with one line naming the key or file:line (no traceback) and
-leave no output behind (logs are allowed: they hold that line)."""
+leave no output behind (logs are allowed: they hold that line; so are the config files of
+results/<run>/config/, what the run was given)."""
 
 from __future__ import annotations
 
@@ -231,14 +232,15 @@ CASES = {
 
 
 def _outputs_left(workdir: Path) -> list[str]:
-    """Files under results/ other than logs (which carry the error line)."""
+    """Files under results/ other than logs (which carry the error line) and the config files
+    the stages read (results/<run>/config/: what the run was given, written first)."""
     results = workdir / "results"
     if not results.exists():
         return []
     return sorted(
         str(p.relative_to(results))
         for p in results.rglob("*")
-        if p.is_file() and "logs" not in p.relative_to(results).parts
+        if p.is_file() and not {"logs", "config"} & set(p.relative_to(results).parts)
     )
 
 

@@ -61,8 +61,8 @@ def test_sigkill_of_snakemake_needs_unlock_then_continues(tmp_path):
             proc.send_signal(signal.SIGKILL)
         controller.wait(timeout=60)
         psutil.wait_procs(tree, timeout=60)
+        answered = server.gate_served  # (re-arming the gate below resets the count)
         server.hold_after(None)
-        answered = server.gate_served
 
         locked = snakemake(tmp_path, "--configfile", str(config))
         assert locked.returncode != 0
