@@ -32,6 +32,15 @@ def stage_config(*sections):
     return json.dumps({k: v for k, v in data.items() if k in keep}, sort_keys=True)
 
 
+# adaptive sampling plans rounds with the keep rules: then they are rollout config too (only
+# then: with adaptive off, a new export rule must not regenerate rollouts)
+ROLLOUT_SECTIONS = (
+    ("sampling", "engine", "rollout", "adaptive", "export", "profile")
+    if CFG.adaptive.mode != "off"
+    else ("sampling", "engine", "rollout")
+)
+
+
 def final_outputs():
     return [
         LAYOUT.profile_tasks,

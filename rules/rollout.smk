@@ -8,7 +8,7 @@ rule rollout:
     output:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
-        cfg=stage_config("sampling", "engine", "rollout"),
+        cfg=stage_config(*ROLLOUT_SECTIONS),
         journal=str(LAYOUT.journal),
     resources:
         engine_slots=engine_resources(),

@@ -38,7 +38,16 @@ OK = "ok"
 
 # Key columns are all a resuming job reads from the journal; completion text is never parsed
 # to find out what is collected.
-KEY_COLUMNS = ["task_index", "rollout_index", "task_id", "status", "gen_key", "finished_at"]
+# reward: adaptive sampling plans its rounds from the journal's rewards without reading text
+KEY_COLUMNS = [
+    "task_index",
+    "rollout_index",
+    "task_id",
+    "status",
+    "gen_key",
+    "finished_at",
+    "reward",
+]
 
 ROLLOUT_SCHEMA = pa.schema(
     [

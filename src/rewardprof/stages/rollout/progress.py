@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
+
+from rewardprof.stages.rollout.seeds import SEED_SCHEME
+
+log = logging.getLogger("rewardprof.stages.rollout")
+
+
+def log_start(shard_tag: str, tasks: int, missing: int, info: dict[str, Any]) -> None:
+    """What a shard's job found in the journal when it started."""
+    log.info(
+        "%s: %d tasks, %d rollouts already journaled, %d to generate "
+        "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
+        shard_tag,
+        tasks,
+        info["journaled_ok"],
+        missing,
+        info["stale"],
+        info["rekeyed"],
+        info["torn_lines"],
+    )
+    if info["stale_seed_scheme_1"]:
+        log.warning(
+            "%s: %d of the stale records were made under seed scheme 1 (before "
+            "issue #14; seed scheme now %d): they are not reused, their rollouts "
+            "are generated again with the new seeds (docs/robustness.md)",
+            shard_tag,
+            info["stale_seed_scheme_1"],
+            SEED_SCHEME,
+        )
 
 
 class Progress:

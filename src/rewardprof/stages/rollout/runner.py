@@ -33,12 +33,12 @@ from rewardprof.core.schemas import OK, FailureKind, TokensSource
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
+from rewardprof.stages.rollout.adaptive_rounds import generate_rounds, plan_metadata, settings_of
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
-from rewardprof.stages.rollout.progress import Progress
+from rewardprof.stages.rollout.progress import Progress, log_start
 from rewardprof.stages.rollout.seeds import (
-    SEED_SCHEME,
     gen_key,
     legacy_gen_key,
     task_seed,
@@ -113,6 +113,7 @@ class ShardRun:
             self.envs[label] = make_environment(env_name, options[label])
             self._env_specs[label] = (env_name, options[label])
         self.counts: Counter[str] = Counter()
+        self.failed_here: set[tuple[int, int]] = set()  # (task_index, rollout_index), this job
 
     def missing(self) -> tuple[list[list[int]], dict[str, int]]:
         scan = scan_journal(self.journal_dir)
@@ -205,7 +206,9 @@ class ShardRun:
                     finished_at=time.time(),
                 )
                 tokens += choice.completion_tokens or 0
-            failed += rec["status"] != OK
+            if rec["status"] != OK:
+                failed += 1
+                self.failed_here.add((base["task_index"], r))
             self.counts[rec["status"]] += 1
             writer.append(rec)
         progress.update(len(unit.indices), failed, tokens)
@@ -335,34 +338,29 @@ def run_shard(
             tasks_path=Path(shard_tasks),
         )
         missing, info = run.missing()
-        todo = sum(len(m) for m in missing)
-        log.info(
-            "%s: %d tasks, %d rollouts already journaled, %d to generate "
-            "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
-            shard_tag,
-            len(run.tasks),
-            info["journaled_ok"],
-            todo,
-            info["stale"],
-            info["rekeyed"],
-            info["torn_lines"],
+        log_start(shard_tag, len(run.tasks), sum(len(m) for m in missing), info)
+
+        def generate(todo_lists: list[list[int]]) -> int:
+            todo = sum(len(m) for m in todo_lists)
+            if todo:
+                progress = Progress(todo, shard_tag, cfg.rollout.progress_interval_s)
+                try:
+                    asyncio.run(_with_sigterm(run.generate(todo_lists, progress)))
+                finally:
+                    progress.close()
+            return todo
+
+        settings = settings_of(cfg)
+        out_tasks, metadata = run.tasks, None
+        if settings is None:
+            todo = generate(missing)
+        else:  # rounds: the output holds each task's planned rollouts (adaptive_rounds.py)
+            plan_, todo = generate_rounds(run, settings, generate)
+            out_tasks = run.tasks.assign(num_repeats=plan_.planned)
+            metadata = plan_metadata(run.tasks, plan_)
+        summary = write_output(
+            run.cfg, out_tasks, journal, run.gen_key, shard_tag, Path(out_path), metadata
         )
-        if info["stale_seed_scheme_1"]:
-            log.warning(
-                "%s: %d of the stale records were made under seed scheme 1 (before "
-                "issue #14; seed scheme now %d): they are not reused, their rollouts "
-                "are generated again with the new seeds (docs/robustness.md)",
-                shard_tag,
-                info["stale_seed_scheme_1"],
-                SEED_SCHEME,
-            )
-        if todo:
-            progress = Progress(todo, shard_tag, cfg.rollout.progress_interval_s)
-            try:
-                asyncio.run(_with_sigterm(run.generate(missing, progress)))
-            finally:
-                progress.close()
-        summary = write_output(run.cfg, run.tasks, journal, run.gen_key, shard_tag, Path(out_path))
         summary.update(generated=todo, **info)
         log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
         sources = summary["completion_tokens_source"]
