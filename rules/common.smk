@@ -41,6 +41,14 @@ ROLLOUT_SECTIONS = (
 )
 
 
+BAYES = CFG.adaptive.mode == "bayes"
+
+
+def adaptive_prior_input():
+    """bayes: the rollout jobs wait for the priors fitted over all shards' first rounds."""
+    return [str(LAYOUT.adaptive_prior)] if BAYES else []
+
+
 def final_outputs():
     return [
         LAYOUT.profile_tasks,

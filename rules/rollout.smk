@@ -5,11 +5,13 @@ rule rollout:
     input:
         tasks=LAYOUT.shard_tasks("{i}", "{n}"),
         model=engine_model_input(),
+        prior=adaptive_prior_input(),
     output:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         cfg=stage_config(*ROLLOUT_SECTIONS),
         journal=str(LAYOUT.journal),
+        prior=f"--prior {LAYOUT.adaptive_prior}" if BAYES else "",
     resources:
         engine_slots=engine_resources(),
     log:
@@ -22,5 +24,5 @@ rule rollout:
     shell:
         "rewardprof rollout --config-json {params.cfg:q} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.rollouts}"
-        " --shard {wildcards.i} --num-shards {wildcards.n}"
+        " --shard {wildcards.i} --num-shards {wildcards.n} {params.prior}"
         " --engine-log {log.engine} 2> {log.rollout}"

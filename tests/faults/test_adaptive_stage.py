@@ -19,7 +19,7 @@ from harness import shardkit as kit
 
 from rewardprof.core.adaptive import keep_at
 from rewardprof.stages import StagePaths, shard
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
+from rewardprof.stages.rollout.adaptive_rounds import load_priors, read_plans, write_priors
 from rewardprof.stages.rollout.runner import run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -50,17 +50,30 @@ def _pairs(paths: list[Path]) -> set[tuple[int, int]]:
     return out
 
 
-def _run(tmp: Path, mode: str, num_shards: int = 1) -> tuple[list[Path], int]:
-    """One run in `tmp` with its own journal: (shard outputs, requests sent)."""
+def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tuple[list[Path], int]:
+    """One run in `tmp` with its own journal, the workflow's steps in order: (shard outputs,
+    rollouts requested). bayes: every shard's first round, the priors over all, the rounds."""
     with FakeOpenAI(answer) as server:
         cfg = _cfg(server.base_url, mode, num_shards)
-        tasks = kit.make_tasks(tmp, cfg, TASKS)
-        outs = []
+        tasks = kit.make_tasks(tmp, cfg, tasks_n)
+        journal, parts, priors = tmp / "journal", [], None
         for i in range(num_shards):
-            part = tmp / f"shard{i}.parquet"
-            shard.run(cfg, StagePaths(tasks=tasks, out=part, shard=i, num_shards=num_shards))
+            parts.append(tmp / f"shard{i}.parquet")
+            shard.run(cfg, StagePaths(tasks=tasks, out=parts[i], shard=i, num_shards=num_shards))
+        if mode == "bayes":
+            for i, part in enumerate(parts):
+                first = cfg.adaptive.min_rollouts
+                done = tmp / f"first{i}.json"
+                tag = f"s{i}of{num_shards}"
+                run_shard(cfg, kit.endpoint(cfg), part, journal, done, tag, first_round=first)
+            prior = tmp / "prior.json"
+            write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
+            priors = load_priors(prior)
+        outs = []
+        for i, part in enumerate(parts):
             out = tmp / f"out{i}.parquet"
-            run_shard(cfg, kit.endpoint(cfg), part, tmp / "journal", out, f"s{i}of{num_shards}")
+            tag = f"s{i}of{num_shards}"
+            run_shard(cfg, kit.endpoint(cfg), part, journal, out, tag, priors)
             outs.append(out)
         return outs, sum(b.get("n", 1) for b in server.requests)
 
@@ -138,3 +151,18 @@ def test_sigkill_and_rerun_sample_the_same_pairs(tmp_path):
         assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert _pairs([out]) == _pairs(reference)
     assert read_plans([out]).equals(read_plans(reference))
+
+
+def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
+    n = 150
+    fixed, sent_fixed = _run(tmp_path / "off", "off", tasks_n=n)
+    bayes, sent_bayes = _run(tmp_path / "bayes", "bayes", tasks_n=n)
+    rows = pq.read_table(fixed[0], columns=["task_index", "reward"]).to_pandas()
+    passes = rows.groupby("task_index")["reward"].sum().sort_index().to_numpy().astype(int)
+    plans = read_plans(bayes)
+    agree = (plans["keep"].to_numpy() == keep_at(kit_export(), K, passes, 8)).mean()
+    assert agree >= 0.98
+    assert sent_bayes == plans["planned"].sum() < 0.8 * sent_fixed
+    # the same run over 3 shards: the same pairs and decisions (one prior over all shards)
+    three, _ = _run(tmp_path / "three", "bayes", 3, tasks_n=n)
+    assert _pairs(three) == _pairs(bayes) and read_plans(three).equals(plans)

@@ -278,11 +278,6 @@ class Config(StrictModel):
                 "adaptive.mode: exact cannot settle the posterior keep rules "
                 "(export.min_expected_signal, min_signal_probability)"
             )
-        if self.adaptive.mode == "bayes":
-            raise ValueError(
-                "adaptive.mode: bayes is not available in the rollout stage yet (its prior needs a "
-                "workflow step over all shards); use exact, or off (docs/adaptive.md)"
-            )
         return self
 
     @property

@@ -9,6 +9,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     shards/<i>-of-<n>.parquet                            shard i's tasks
     rollouts/<i>-of-<n>.parquet, rollouts/journal/       shard outputs; the journal of them all
     rollouts.parquet/, merge_report.json                 the merged dataset
+    adaptive/first_round/<i>-of-<n>.json, adaptive/prior.json   bayes adaptive sampling
     profile/, export/, report/                           the profile, the export, the report
     logs/, benchmarks/                                   one log / timing per job
 """
@@ -69,6 +70,9 @@ class RunLayout:
         self.export_combined = self.export_dir / "combined.jsonl"
         self.export_report = self.export_dir / "report.json"
         self.report_dir = root / "report"
+        # adaptive sampling (bayes): each shard's first round, then the priors fitted on all
+        self.adaptive_dir = root / "adaptive"
+        self.adaptive_prior = self.adaptive_dir / "prior.json"
 
     @classmethod
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
@@ -96,6 +100,10 @@ class RunLayout:
 
     def profile_by_label(self, label: str) -> Path:
         return self.profile_dir / "by_label" / f"{label}.parquet"
+
+    def first_round(self, i: int | str, n: int | str | None = None) -> Path:
+        """adaptive/first_round/<i>-of-<n>.json: shard i's first round is journaled."""
+        return self.adaptive_dir / "first_round" / shard_name(i, self._n(n), "json")
 
     def export_by_label(self, label: str) -> Path:
         return self.export_dir / "by_label" / f"{label}.jsonl"

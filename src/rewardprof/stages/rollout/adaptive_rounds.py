@@ -23,10 +23,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.adaptive_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
+from rewardprof.core.posterior import MixturePrior, fit_prior
 from rewardprof.core.schemas import OK
+from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.stages.rollout.seeds import gen_key
+from rewardprof.stages.rollout.shard_tasks import missing_indices
 
 PLAN_KEY = b"rewardprof.adaptive_plan"
 
@@ -47,6 +52,56 @@ def settings_of(cfg: Config) -> AdaptiveSettings | None:
     )
 
 
+def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFrame:
+    return resolve(
+        scan_journal(journal_dir), tasks[["task_index", "task_id", "num_repeats"]], gen_key
+    ).winners
+
+
+def fit_priors(
+    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+) -> dict[str, dict[str, float | int]]:
+    """Each label's prior, fitted on the first round (rollouts below adaptive.min_rollouts) of
+    all its tasks, as journaled: ok rollouts count, failed ones do not."""
+    first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
+    w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
+    w = w[w["status"] == OK]
+    passed = w["reward"].to_numpy(dtype=float) >= cfg.profile.pass_threshold
+    by_task = pd.DataFrame({"task_index": w["task_index"].to_numpy(), "passed": passed})
+    counts = by_task.groupby("task_index")["passed"].agg(["size", "sum"])
+    counts = counts.reindex(tasks["task_index"].to_numpy(), fill_value=0)
+    labels = tasks["label"].to_numpy(dtype=object)
+    n, c = counts["size"].to_numpy(), counts["sum"].to_numpy()
+    return {
+        label: fit_prior(n[labels == label], c[labels == label]).as_dict()
+        for label in pd.unique(labels)
+    }
+
+
+def write_priors(cfg: Config, paths: StagePaths) -> dict:
+    """Fit the priors on the journaled first round of every task (paths.tasks: the whole tasks
+    table) and write them to paths.out (adaptive/prior.json), which every later round reads."""
+    tasks = pq.read_table(
+        paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
+    ).to_pandas()
+    key = gen_key(cfg, cfg.model_name)
+    result = {
+        "min_rollouts": cfg.adaptive.min_rollouts,
+        "gen_key": key,
+        "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
+    }
+    write_json_atomic(paths.need("out"), result)
+    return result
+
+
+def load_priors(path: Path | None) -> dict[str, MixturePrior] | None:
+    """The priors adaptive-prior wrote (None: no file given)."""
+    if path is None:
+        return None
+    data = json.loads(path.read_text())["labels"]
+    return {label: MixturePrior.from_dict(d) for label, d in data.items()}
+
+
 def shard_plan(
     cfg: Config,
     settings: AdaptiveSettings,
@@ -54,13 +109,11 @@ def shard_plan(
     journal_dir: Path,
     gen_key: str,
     failed_here: set[tuple[int, int]],
+    priors: dict[str, MixturePrior] | None = None,
 ) -> tuple[Plan, Records]:
     """The plan of the shard's tasks from the journal; `failed_here`: (task_index,
     rollout_index) that failed in this job (known); other failures are left to retry."""
-    col = resolve(
-        scan_journal(journal_dir), tasks[["task_index", "task_id", "num_repeats"]], gen_key
-    )
-    w = col.winners
+    w = _winners(tasks, journal_dir, gen_key)
     ok = (w["status"] == OK).to_numpy()
     ti = w["task_index"].to_numpy(np.int64)
     ri = w["rollout_index"].to_numpy(np.int64)
@@ -75,13 +128,15 @@ def shard_plan(
         tasks["num_repeats"].to_numpy(np.int64),
         tasks["label"].to_numpy(dtype=object),
         records,
-        None,
+        priors,
         cfg.profile.pass_threshold,
     )
     return result, records
 
 
-def generate_rounds(run, settings: AdaptiveSettings, generate) -> tuple[Plan, int]:
+def generate_rounds(
+    run, settings: AdaptiveSettings, generate, priors: dict[str, MixturePrior] | None = None
+) -> tuple[Plan, int]:
     """Plan, sample what is missing (`generate(per-task index lists)` returns how many it
     sent), replan, until nothing is missing; (the final plan, rollouts sent). `run` is the
     shard's ShardRun; each round writes under its own journal writer id (a writer's segment
@@ -89,7 +144,7 @@ def generate_rounds(run, settings: AdaptiveSettings, generate) -> tuple[Plan, in
     base, sent, previous = run.writer_id, 0, None
     for round_no in itertools.count():
         plan_, records = shard_plan(
-            run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here
+            run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here, priors
         )
         todo = missing_lists(plan_, records)
         if not any(todo):
@@ -99,6 +154,30 @@ def generate_rounds(run, settings: AdaptiveSettings, generate) -> tuple[Plan, in
         run.writer_id, previous = f"{base}-r{round_no}", todo
         sent += generate(todo)
     raise AssertionError("unreachable")
+
+
+def first_round_only(run, first: int, generate, out: Path) -> dict:
+    """bayes' first step in a shard: every task's rollouts below `first` (at most K), then a
+    summary at `out` saying the shard's first round is journaled."""
+    k = run.tasks["num_repeats"].to_numpy(np.int64)
+    first_tasks = run.tasks.assign(num_repeats=np.minimum(first, k))
+    w = _winners(first_tasks, run.journal_dir, run.gen_key)
+    ok = w[w["status"] == OK]
+    missing = missing_indices(first_tasks, ok)
+    sent = generate(missing)
+    w = _winners(first_tasks, run.journal_dir, run.gen_key)
+    summary = {
+        "shard": run.writer_id.split("-", 1)[0],
+        "tasks": len(run.tasks),
+        "first_round": first,
+        "generated": sent,
+        "present": len(w),
+        "ok": int((w["status"] == OK).sum()),
+    }
+    if summary["present"] != int(first_tasks["num_repeats"].sum()):
+        raise RuntimeError(f"{summary['shard']}: first round incomplete: {summary}")
+    write_json_atomic(out, summary)
+    return summary
 
 
 def missing_lists(plan_: Plan, records: Records) -> list[list[int]]:

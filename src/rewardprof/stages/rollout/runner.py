@@ -33,7 +33,12 @@ from rewardprof.core.schemas import OK, FailureKind, TokensSource
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
-from rewardprof.stages.rollout.adaptive_rounds import generate_rounds, plan_metadata, settings_of
+from rewardprof.stages.rollout.adaptive_rounds import (
+    first_round_only,
+    generate_rounds,
+    plan_metadata,
+    settings_of,
+)
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
@@ -324,19 +329,17 @@ def run_shard(
     journal_dir: str | Path,
     out_path: str | Path,
     shard_tag: str,
+    priors: dict | None = None,
+    first_round: int | None = None,
 ) -> dict[str, Any]:
-    """Collect every missing rollout of the shard's tasks, then write the shard output."""
+    """Collect every missing rollout of the shard's tasks, then write the shard output.
+    Adaptive sampling: `priors` (bayes) for the rounds; `first_round` (bayes' first step):
+    collect only rollouts below it, then write a JSON summary to `out_path` instead."""
     journal = Path(journal_dir)
     with ShardLock(journal, shard_tag):
         remove_stale_tmp(journal, shard_tag, Path(out_path))
-        run = ShardRun(
-            cfg,
-            endpoint,
-            load_tasks(Path(shard_tasks)),
-            journal,
-            shard_tag,
-            tasks_path=Path(shard_tasks),
-        )
+        tasks = load_tasks(Path(shard_tasks))
+        run = ShardRun(cfg, endpoint, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
         missing, info = run.missing()
         log_start(shard_tag, len(run.tasks), sum(len(m) for m in missing), info)
 
@@ -350,12 +353,13 @@ def run_shard(
                     progress.close()
             return todo
 
-        settings = settings_of(cfg)
-        out_tasks, metadata = run.tasks, None
+        if first_round is not None:
+            return first_round_only(run, first_round, generate, Path(out_path))
+        settings, out_tasks, metadata = settings_of(cfg), run.tasks, None
         if settings is None:
             todo = generate(missing)
         else:  # rounds: the output holds each task's planned rollouts (adaptive_rounds.py)
-            plan_, todo = generate_rounds(run, settings, generate)
+            plan_, todo = generate_rounds(run, settings, generate, priors)
             out_tasks = run.tasks.assign(num_repeats=plan_.planned)
             metadata = plan_metadata(run.tasks, plan_)
         summary = write_output(
