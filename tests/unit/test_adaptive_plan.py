@@ -127,3 +127,13 @@ def test_plan_refuses_what_it_cannot_settle():
     rec = Records(np.zeros(4, np.int64), np.arange(4), np.zeros(4))
     with pytest.raises(ValueError, match="no prior for label 'a'"):
         plan(BAYES, Export(), k, labels, rec, priors={})
+
+
+def test_missing_ignores_records_past_the_plan_of_other_tasks():
+    # task 0 has records up to index 9 (a fixed-K run's); task 1 needs its first two
+    k, labels = np.array([10, 10]), np.array(["a", "a"], dtype=object)
+    rec = Records(np.zeros(10, np.int64), np.arange(10), np.array([1.0, 0.0] * 5))
+    p = plan(EXACT, Export(), k, labels, rec)
+    assert p.planned.tolist() == [2, 2] and p.done.tolist() == [True, False]
+    pos, idx = p.missing(rec)
+    assert pos.tolist() == [1, 1] and idx.tolist() == [0, 1]

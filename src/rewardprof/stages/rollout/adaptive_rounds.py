@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.adaptive_plan import AdaptiveSettings, Plan, Records, plan
 from rewardprof.core.atomic import write_json_atomic
-from rewardprof.core.config import Config
+from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.posterior import MixturePrior, fit_prior
 from rewardprof.core.schemas import OK
 from rewardprof.stages import StagePaths
@@ -117,7 +117,8 @@ def shard_plan(
     ok = (w["status"] == OK).to_numpy()
     ti = w["task_index"].to_numpy(np.int64)
     ri = w["rollout_index"].to_numpy(np.int64)
-    here = np.array([(int(a), int(b)) in failed_here for a, b in zip(ti, ri, strict=True)], bool)
+    failed_keys = np.array([a * MAX_NUM_REPEATS + b for a, b in failed_here], dtype=np.int64)
+    here = np.isin(ti * MAX_NUM_REPEATS + ri, failed_keys)
     known = ok | here
     pos = pd.Index(tasks["task_index"]).get_indexer(ti[known])
     reward = np.where(ok[known], w["reward"].to_numpy(dtype=float, na_value=np.nan)[known], np.nan)
