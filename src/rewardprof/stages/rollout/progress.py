@@ -27,9 +27,9 @@ def log_start(shard_tag: str, tasks: int, missing: int, info: dict[str, Any]) ->
     )
     if info["stale_seed_scheme_1"]:
         log.warning(
-            "%s: %d of the stale records were made under seed scheme 1 (before "
-            "issue #14; seed scheme now %d): they are not reused, their rollouts "
-            "are generated again with the new seeds (docs/robustness.md)",
+            "%s: %d of the stale records were made under seed scheme 1 (seed scheme "
+            "now %d): they are not reused, their rollouts are generated again with the "
+            "new seeds (docs/robustness.md)",
             shard_tag,
             info["stale_seed_scheme_1"],
             SEED_SCHEME,
