@@ -117,22 +117,16 @@ def test_sigkill_and_rerun_sample_the_same_pairs(tmp_path):
         cfg = _cfg(server.base_url, "exact")
         tasks = kit.make_tasks(work, cfg, TASKS)
         out = work / "out.parquet"
-        cmd = [
-            str(Path(sys.executable).parent / "rewardprof"),
-            "rollout",
-            "--config-json",
-            json.dumps(cfg.model_dump(mode="json")),
-            "--tasks",
-            str(tasks),
-            "--journal",
-            str(work / "journal"),
-            "--out",
-            str(out),
-            "--shard",
-            "0",
-            "--num-shards",
-            "1",
-        ]
+        args = {
+            "--config-json": json.dumps(cfg.model_dump(mode="json")),
+            "--tasks": str(tasks),
+            "--journal": str(work / "journal"),
+            "--out": str(out),
+            "--shard": "0",
+            "--num-shards": "1",
+        }
+        exe = Path(sys.executable).parent / "rewardprof"
+        cmd = [str(exe), "rollout", *(part for pair in args.items() for part in pair)]
         # the first round is 30 requests of n=2: hold after 20, in the middle of it, and
         # kill once a request waits at the gate (the attempt cannot have finished)
         server.hold_after(20)

@@ -38,16 +38,8 @@ OK = "ok"
 
 # Key columns are all a resuming job reads from the journal; completion text is never parsed
 # to find out what is collected.
-# reward: adaptive sampling plans its rounds from the journal's rewards without reading text
-KEY_COLUMNS = [
-    "task_index",
-    "rollout_index",
-    "task_id",
-    "status",
-    "gen_key",
-    "finished_at",
-    "reward",
-]
+KEY_COLUMNS = ["task_index", "rollout_index", "task_id", "status", "gen_key", "finished_at"]
+KEY_COLUMNS.append("reward")  # adaptive sampling plans its rounds from rewards, reading no text
 
 ROLLOUT_SCHEMA = pa.schema(
     [
