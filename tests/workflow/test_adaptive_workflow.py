@@ -58,9 +58,19 @@ def _pairs(root: Path) -> set[tuple[int, int]]:
     return set(zip(t["task_index"].to_pylist(), t["rollout_index"].to_pylist(), strict=True))
 
 
-def test_off_exact_bayes_keep_the_same_tasks_with_fewer_rollouts(tmp_path):
-    sent = {mode: _run(tmp_path / mode, mode) for mode in ("off", "exact", "bayes")}
-    kept = {mode: _kept(tmp_path / mode) for mode in sent}
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[Path, int]]:
+    """One workflow run per (mode, num_shards), shared by the tests (runs are the cost)."""
+    out = {}
+    for mode, shards in (("off", 1), ("exact", 1), ("bayes", 1), ("bayes", 3)):
+        root = tmp_path_factory.mktemp(f"{mode}{shards}")
+        out[f"{mode}{shards}"] = root, _run(root, mode, shards)
+    return out
+
+
+def test_off_exact_bayes_keep_the_same_tasks_with_fewer_rollouts(runs):
+    sent = {mode: runs[f"{mode}1"][1] for mode in ("off", "exact", "bayes")}
+    kept = {mode: _kept(runs[f"{mode}1"][0]) for mode in sent}
     assert sent["off"] == TASKS * K and sent["exact"] < sent["off"]
     assert sent["bayes"] < sent["off"]
     assert kept["exact"] == kept["off"]
@@ -69,8 +79,8 @@ def test_off_exact_bayes_keep_the_same_tasks_with_fewer_rollouts(tmp_path):
     # the rollouts each adaptive run has are the fixed run's (same seeds), and its profile
     # says which tasks stopped early; the completeness checks count those as complete
     for mode in ("exact", "bayes"):
-        root = tmp_path / mode
-        assert _pairs(root) < _pairs(tmp_path / "off")
+        root = runs[f"{mode}1"][0]
+        assert _pairs(root) < _pairs(runs["off1"][0])
         prof = pq.read_table(root / "results/t/profile/tasks.parquet").to_pandas()
         assert prof["stopped_early"].any() and (prof["missing_num_rollouts"] == 0).all()
         assert (prof["num_rollouts"] == prof["expected_num_rollouts"]).all()
@@ -83,12 +93,11 @@ def test_off_exact_bayes_keep_the_same_tasks_with_fewer_rollouts(tmp_path):
             timeout=120,
         )
         assert check.returncode == 0, check.stdout
-    prior = json.loads((tmp_path / "bayes/results/t/adaptive/prior.json").read_text())
+    prior = json.loads((runs["bayes1"][0] / "results/t/adaptive/prior.json").read_text())
     assert set(prior["labels"]) == {"m"} and prior["min_rollouts"] == 4
 
 
-def test_bayes_samples_the_same_pairs_with_one_or_three_shards(tmp_path):
-    _run(tmp_path / "one", "bayes", num_shards=1)
-    _run(tmp_path / "three", "bayes", num_shards=3)
-    assert _pairs(tmp_path / "one") == _pairs(tmp_path / "three")
-    assert _kept(tmp_path / "one") == _kept(tmp_path / "three")
+def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
+    one, three = runs["bayes1"][0], runs["bayes3"][0]
+    assert _pairs(one) == _pairs(three)
+    assert _kept(one) == _kept(three)
