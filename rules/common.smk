@@ -33,6 +33,14 @@ wildcard_constraints:
     label=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 
+BAYES = CFG.adaptive.mode == "bayes"
+
+
+def adaptive_prior_input():
+    """bayes: the rollout jobs wait for the priors fitted over all shards' first rounds."""
+    return [str(LAYOUT.adaptive_prior)] if BAYES else []
+
+
 def final_outputs():
     return [
         LAYOUT.profile_tasks,

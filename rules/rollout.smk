@@ -6,10 +6,12 @@ rule rollout:
         tasks=LAYOUT.shard_tasks("{i}", "{n}"),
         model=engine_model_input(),
         cfg=LAYOUT.stage_config("rollout"),
+        prior=adaptive_prior_input(),
     output:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
+        prior=f"--prior {LAYOUT.adaptive_prior}" if BAYES else "",
     resources:
         engine_slots=engine_resources(),
     log:
@@ -22,5 +24,5 @@ rule rollout:
     shell:
         "rewardprof rollout --config {input.cfg} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.rollouts}"
-        " --shard {wildcards.i} --num-shards {wildcards.n}"
+        " --shard {wildcards.i} --num-shards {wildcards.n} {params.prior}"
         " --engine-log {log.engine} 2> {log.rollout}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import sys
@@ -159,6 +160,7 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the shard's rollouts to write (Parquet)")
     _shard_index_args(p)
     p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
+    p.add_argument("--prior", default=None, help="adaptive bayes: the labels' fitted priors")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -167,6 +169,41 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     paths = _stage_paths(args)
     summary = rollout.run(_config(args), paths)
     logging.info("summary: %s", json.dumps(summary))
+    return 0
+
+
+def cmd_first_round(args: argparse.Namespace) -> int:
+    from rewardprof.engine.session import engine_session  # lazy: only rollout jobs need it
+    from rewardprof.stages.rollout.runner import run_shard  # lazy: as cmd_rollout
+
+    cfg, paths = _config(args), _stage_paths(args)
+    tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
+    summary = run_shard(
+        cfg,
+        functools.partial(engine_session, cfg, paths.engine_log),  # opened only if needed
+        paths.need("tasks"),
+        paths.need("journal"),
+        paths.need("out"),
+        tag,
+        first_round=cfg.adaptive.min_rollouts,
+    )
+    logging.info("first round: %s", json.dumps(summary))
+    return 0
+
+
+def _prior_args(p: argparse.ArgumentParser) -> None:
+    _add_config(p)
+    p.add_argument("--tasks", required=True, help="the tasks table (all tasks)")
+    p.add_argument("--journal", required=True)
+    p.add_argument("--out", required=True, help="adaptive/prior.json")
+    p.add_argument("first_rounds", nargs="*", help="the shards' first-round summaries")
+
+
+def cmd_prior(args: argparse.Namespace) -> int:
+    from rewardprof.stages.rollout.adaptive_rounds import write_priors  # lazy: as cmd_rollout
+
+    result = write_priors(_config(args), _stage_paths(args))
+    logging.info("priors: %s", json.dumps(result["labels"]))
     return 0
 
 
@@ -259,6 +296,18 @@ COMMANDS: tuple[Command, ...] = (
         "generate + verify the missing rollouts of one shard",
         _rollout_args,
         cmd_rollout,
+    ),
+    Command(
+        "adaptive-first-round",
+        "adaptive bayes: the first round of rollouts of one shard",
+        _rollout_args,
+        cmd_first_round,
+    ),
+    Command(
+        "adaptive-prior",
+        "adaptive bayes: fit each label's prior on the first round of all shards",
+        _prior_args,
+        cmd_prior,
     ),
     Command("merge", "shard outputs -> rollouts dataset, checked", _merge_args, cmd_merge),
     Command("profile", "per-task reward profile + summaries", _profile_args, cmd_profile),

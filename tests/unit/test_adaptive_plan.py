@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from rewardprof.core.adaptive import keep_at
 from rewardprof.core.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.core.config import Export
+from rewardprof.core.config import ConfigError, Export, validate_config
 from rewardprof.core.posterior import MixturePrior
 
 K = 16
@@ -127,3 +128,27 @@ def test_plan_refuses_what_it_cannot_settle():
     rec = Records(np.zeros(4, np.int64), np.arange(4), np.zeros(4))
     with pytest.raises(ValueError, match="no prior for label 'a'"):
         plan(BAYES, Export(), k, labels, rec, priors={})
+
+
+def test_missing_ignores_records_past_the_plan_of_other_tasks():
+    # task 0 has records up to index 9 (a fixed-K run's); task 1 needs its first two
+    k, labels = np.array([10, 10]), np.array(["a", "a"], dtype=object)
+    rec = Records(np.zeros(10, np.int64), np.arange(10), np.array([1.0, 0.0] * 5))
+    p = plan(EXACT, Export(), k, labels, rec)
+    assert p.planned.tolist() == [2, 2] and p.done.tolist() == [True, False]
+    pos, idx = p.missing(rec)
+    assert pos.tolist() == [1, 1] and idx.tolist() == [0, 1]
+
+
+def test_adaptive_config_section():
+    base = "entries: [{label: a, environment: math, source: x}]\n"
+    # YAML 1.1 reads a bare `off` as false: still the mode "off"
+    assert validate_config(yaml.safe_load(base + "adaptive: {mode: off}")).adaptive.mode == "off"
+    cfg = validate_config(yaml.safe_load(base + "adaptive: {mode: bayes, delta: 0.05}"))
+    assert (cfg.adaptive.mode, cfg.adaptive.delta, cfg.adaptive.min_rollouts) == ("bayes", 0.05, 4)
+    with pytest.raises(ConfigError, match="exact cannot settle the posterior keep rules"):
+        validate_config(
+            yaml.safe_load(base + "adaptive: {mode: exact}\nexport: {min_signal_probability: 0.5}")
+        )
+    with pytest.raises(ConfigError, match="adaptive.delta"):
+        validate_config(yaml.safe_load(base + "adaptive: {mode: bayes, delta: 0}"))

@@ -106,6 +106,7 @@ def test_export_keeps_tasks_with_signal_and_reweights(run):
         "low_grpo_signal": 0,
         "low_expected_signal": 0,
         "low_signal_probability": 0,
+        "predicted_drop_at_k": 0,
         "zero_target_share": 0,
     }
     # every dropped task by its reason: a's tasks are 0-3 ("4 + 4" failed every rollout)

@@ -62,7 +62,8 @@ class Plan:
     def missing(self, records: Records) -> tuple[np.ndarray, np.ndarray]:
         """(task position, rollout index) of the planned rollouts not among `records`: what to
         sample next, in task then index order."""
-        width = int(self.planned.max(initial=0)) + 1
+        # one key per (task, index); wide enough for records past the plan too
+        width = max(int(self.planned.max(initial=0)), int(records.rollout_index.max(initial=0))) + 1
         owner = np.repeat(np.arange(len(self.planned)), self.planned)
         first = np.cumsum(self.planned) - self.planned
         idx = np.arange(len(owner)) - first[owner]

@@ -223,6 +223,26 @@ class Export(StrictModel):
     """Key under which the profile fields are attached to a row."""
 
 
+class Adaptive(StrictModel):
+    """Adaptive sampling (docs/adaptive.md): stop sampling a task once its keep/drop decision at
+    num_repeats is settled; num_repeats stays the most a task gets."""
+
+    mode: Literal["off", "exact", "bayes"] = "off"
+    """off: every task gets num_repeats; exact: stop when no outcome of the remaining rollouts
+    can change the decision; bayes: stop when P(decision at num_repeats differs) < delta."""
+    min_rollouts: PositiveInt = 4
+    """bayes: the first round, every task gets at least this many (at most num_repeats)."""
+    delta: Annotated[float, Field(gt=0, lt=1)] = 0.02
+    """bayes: the tolerated probability that a stopped task's decision differs from fixed K."""
+    round_size: PositiveInt = 2
+    """Rollouts per task per round after the first (exact's first round is this too)."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
+
 class Config(StrictModel):
     run: str = Field("demo", pattern=LABEL_PATTERN)
     """Outputs go to results/<run>/."""
@@ -239,6 +259,8 @@ class Config(StrictModel):
     profile: Profile = Field(default_factory=Profile)
     """See below."""
     export: Export = Field(default_factory=Export)
+    """See below."""
+    adaptive: Adaptive = Field(default_factory=Adaptive)
     """See below."""
 
     @model_validator(mode="after")
@@ -266,6 +288,12 @@ class Config(StrictModel):
         lo, hi = self.export.min_pass_rate, self.export.max_pass_rate
         if lo is not None and hi is not None and lo > hi:
             raise ValueError("export.min_pass_rate: greater than export.max_pass_rate")
+        posterior_rules = (self.export.min_expected_signal, self.export.min_signal_probability)
+        if self.adaptive.mode == "exact" and any(r is not None for r in posterior_rules):
+            raise ValueError(
+                "adaptive.mode: exact cannot settle the posterior keep rules "
+                "(export.min_expected_signal, min_signal_probability)"
+            )
         return self
 
     @property

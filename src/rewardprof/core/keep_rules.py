@@ -14,6 +14,8 @@ it; `REASONS` names them):
 * `low_expected_signal`: the posterior expected signal below `min_expected_signal`
 * `low_signal_probability`: the posterior P(signal >= profile.signal_threshold) below
   `min_signal_probability`
+* `predicted_drop_at_k`: adaptive sampling stopped the task early with the decision "drop" at
+  num_repeats, and no rule above drops it on the rollouts it got
 * `zero_target_share`: the label's target share is 0
 
 Undecided by failures. A task with u unknown rollouts (failed or missing: expected minus
@@ -43,10 +45,12 @@ REASONS = [
     "low_grpo_signal",
     "low_expected_signal",
     "low_signal_probability",
+    "predicted_drop_at_k",
     "zero_target_share",
 ]
 KEEP = -1
 _UNDECIDED = REASONS.index("undecided_by_failures")
+_ZERO_SHARE = REASONS.index("zero_target_share")
 
 # columns: num_rollouts, pass_rate (the configured column), has_variance, grpo_signal,
 # post_signal, post_p_signal, label (only what the configured rules use must be present)
@@ -59,10 +63,18 @@ def _need(cols: Columns, name: str, rule: str) -> np.ndarray:
     return np.asarray(cols[name], dtype=float)
 
 
-def drop_reasons(ex, cols: Columns, undecided: np.ndarray | None = None) -> np.ndarray:
+def drop_reasons(
+    ex,
+    cols: Columns,
+    undecided: np.ndarray | None = None,
+    decided: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """Per task: KEEP (-1) or the index in REASONS of the first rule that drops it. `ex` is the
     export config; `undecided` marks tasks whose decision rests on the survivors (they are
-    dropped under on_undecided: drop, and never dropped by a later rule under keep)."""
+    dropped under on_undecided: drop, and never dropped by a later rule under keep).
+    `decided`: (stopped early, keep) of adaptive sampling, whose decision at num_repeats was
+    settled on fewer rollouts: a kept one is not dropped by the rules on those rollouts, a
+    dropped one counts under the first rule that drops it, else `predicted_drop_at_k`."""
     rate = np.asarray(cols["pass_rate"], dtype=float)
     n = np.asarray(cols["num_rollouts"], dtype=float)
     var = np.asarray(cols["has_variance"], dtype=bool)
@@ -82,14 +94,20 @@ def drop_reasons(ex, cols: Columns, undecided: np.ndarray | None = None) -> np.n
         ~(_need(cols, "post_p_signal", "min_signal_probability") >= ex.min_signal_probability)
         if ex.min_signal_probability is not None
         else None,
+        (decided[0] & ~decided[1]) if decided is not None else None,
         _zero_share(cols, ex.target_share),
     ]
+    protected = np.zeros(len(rate), dtype=bool)  # never dropped by the rules on the counts
+    if undecided is not None and ex.on_undecided == "keep":
+        protected |= undecided
+    if decided is not None:
+        protected |= decided[0] & decided[1]
     reason = np.full(len(rate), KEEP, dtype=np.int64)
     for i, mask in enumerate(rules):
         if mask is None:
             continue
-        if i > _UNDECIDED and undecided is not None and ex.on_undecided == "keep":
-            mask = mask & ~undecided
+        if _UNDECIDED < i < _ZERO_SHARE:
+            mask = mask & ~protected
         reason[(reason == KEEP) & mask] = i
     return reason
 

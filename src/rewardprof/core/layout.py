@@ -10,6 +10,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     rollouts/<i>-of-<n>.parquet, rollouts/journal/       shard outputs; the journal of them all
     rollouts/status/<i>-of-<n>.json                      each rollout job's heartbeat
     rollouts.parquet/, merge_report.json                 the merged dataset
+    adaptive/first_round/<i>-of-<n>.json, adaptive/prior.json   bayes adaptive sampling
     profile/, export/, report/                           the profile, the export, the report
     config/<name>.json                                   the config each stage read; full.json
     logs/, benchmarks/                                   one log / timing per job
@@ -73,6 +74,9 @@ class RunLayout:
         self.report_dir = root / "report"
         # the config sections each stage reads, and the whole config (core/run_config.py)
         self.config_dir = root / "config"
+        # adaptive sampling (bayes): each shard's first round, then the priors fitted on all
+        self.adaptive_dir = root / "adaptive"
+        self.adaptive_prior = self.adaptive_dir / "prior.json"
 
     @classmethod
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
@@ -114,6 +118,10 @@ class RunLayout:
 
     def profile_by_label(self, label: str) -> Path:
         return self.profile_dir / "by_label" / f"{label}.parquet"
+
+    def first_round(self, i: int | str, n: int | str | None = None) -> Path:
+        """adaptive/first_round/<i>-of-<n>.json: shard i's first round is journaled."""
+        return self.adaptive_dir / "first_round" / shard_name(i, self._n(n), "json")
 
     def export_by_label(self, label: str) -> Path:
         return self.export_dir / "by_label" / f"{label}.jsonl"

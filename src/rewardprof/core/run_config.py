@@ -38,6 +38,10 @@ def stage_config_data(cfg: Config, name: str) -> dict[str, Any]:
         raise ValueError(f"no config file {name!r}; one of {', '.join(STAGE_SECTIONS)}")
     data = cfg.model_dump(mode="json")
     sections = STAGE_SECTIONS[name]
+    if name == "rollout" and cfg.adaptive.mode != "off":
+        # adaptive sampling plans its rounds with the keep rules: then they are rollout config
+        # too (only then: with adaptive off, a new export rule must not rerun the rollouts)
+        sections = (*sections, "adaptive", "profile", "export")
     if sections is not None:
         keep = {"run", "entries", *sections}
         data = {k: v for k, v in data.items() if k in keep}

@@ -39,6 +39,7 @@ OK = "ok"
 # Key columns are all a resuming job reads from the journal; completion text is never parsed
 # to find out what is collected.
 KEY_COLUMNS = ["task_index", "rollout_index", "task_id", "status", "gen_key", "finished_at"]
+KEY_COLUMNS.append("reward")  # adaptive sampling plans its rounds from rewards, reading no text
 
 ROLLOUT_SCHEMA = pa.schema(
     [

@@ -36,6 +36,7 @@ class StagePaths:
     base_dir: Path | None = None  # relative sources resolve here (default: the working dir)
     shard: int | None = None  # this shard's index (shard, rollout)
     num_shards: int | None = None  # the number of shards (shard, rollout)
+    prior: Path | None = None  # adaptive/prior.json: the labels' fitted priors (bayes rollout)
 
     def need(self, name: str) -> Any:
         """The field `name`, which the calling stage cannot run without."""

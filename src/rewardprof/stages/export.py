@@ -55,6 +55,10 @@ _PROFILE_FIELDS = [
     "mean/output_tokens",
     "num_failed",
     "num_truncated",
+    "post_mean",
+    "post_signal",
+    "post_p_signal",
+    "stopped_early",
 ]
 
 
@@ -105,9 +109,22 @@ def _undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
     return can_keep & can_drop & (unknown > 0) & (n >= cfg.export.min_rollouts)
 
 
+def _reasons(cfg: Config, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(reason per task, undecided_by_failures per task). A task adaptive sampling stopped
+    early carries its decision at num_repeats (profile: stopped_early, adaptive_keep)."""
+    undecided = _undecided_by_failures(cfg, table)
+    decided = None
+    if "stopped_early" in table.column_names:
+        stopped = table.column("stopped_early").fill_null(False).to_numpy(zero_copy_only=False)
+        keep = table.column("adaptive_keep").fill_null(False).to_numpy(zero_copy_only=False)
+        decided = (stopped.astype(bool), keep.astype(bool))
+        undecided &= ~decided[0]  # its plan already weighed every unknown rollout
+    return rule_reasons(cfg.export, _columns(cfg, table), undecided, decided), undecided
+
+
 def drop_reasons(cfg: Config, table: pa.Table) -> np.ndarray:
     """Per task: -1 when kept, else the index in REASONS of the first rule that drops it."""
-    return rule_reasons(cfg.export, _columns(cfg, table), _undecided_by_failures(cfg, table))
+    return _reasons(cfg, table)[0]
 
 
 def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str, float], list]:
@@ -137,8 +154,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     out = paths.need("out")
     table = pq.read_table(paths.need("profile"))
     report = json.loads(paths.need("report").read_text())
-    undecided = _undecided_by_failures(cfg, table)
-    reason = rule_reasons(cfg.export, _columns(cfg, table), undecided)
+    reason, undecided = _reasons(cfg, table)
     ti = table.column("task_index").to_numpy()
     entry_rows, kept_per_label = [], {}
     for e in report["entries"]:

@@ -25,6 +25,7 @@ from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.schemas import OK
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.stages.rollout.journal import scan_journal
 
 
@@ -81,7 +82,13 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
             f"rollout_index={first.rollout_index}) across shard files"
         )
     present = keys.groupby("task_index").size().reindex(tasks.index, fill_value=0)
-    missing = tasks["num_repeats"] - present
+    # under adaptive sampling a task is complete with the rollouts its plan needed
+    plans = read_plans(list(shard_paths))
+    expected = tasks["num_repeats"]
+    if plans is not None:
+        planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
+        expected = planned.fillna(expected).astype(np.int64)
+    missing = expected - present
     if (missing != 0).any():
         n = int(missing[missing != 0].abs().sum())
         raise MergeError(
@@ -107,6 +114,12 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
         "orphaned_task_ids": orphaned_ids,
         "rekeyed_journal_records": rekeyed,
         "shards": [str(p) for p in shard_paths],
+        "adaptive": None
+        if plans is None
+        else {
+            "tasks_stopped_early": int(plans["stopped_early"].sum()),
+            "rollouts_not_sampled": int((tasks["num_repeats"] - expected).sum()),
+        },
         "journal": str(journal_dir),
     }
     if orphaned:

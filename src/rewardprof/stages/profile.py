@@ -29,6 +29,7 @@ from rewardprof.core.schemas import OK, FailureKind
 from rewardprof.core.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.profile_summary import label_summary, overall_summary
+from rewardprof.stages.rollout.adaptive_rounds import read_plans
 
 _ROLLOUT_COLS = [
     "task_index",
@@ -137,7 +138,11 @@ def _posterior_cols(
     return out, priors
 
 
-def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
+def task_profile(
+    cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, plans: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per task; `plans` (task_index, planned, stopped_early, keep): adaptive
+    sampling's plan from the rollout outputs, which sets each task's expected rollouts."""
     p = cfg.profile
     T = len(tasks)
     pos_all = _positions(tasks, rollouts["task_index"].to_numpy())
@@ -168,6 +173,11 @@ def task_profile(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame) -> pd
     cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
     n = count(ok)
     expected = tasks["num_repeats"].to_numpy().astype(np.int64)
+    if plans is not None:  # adaptive sampling: the rollouts the plan needed
+        plan = plans.set_index("task_index").reindex(tasks["task_index"].to_numpy())
+        expected = plan["planned"].fillna(pd.Series(expected)).to_numpy().astype(np.int64)
+        cols["stopped_early"] = plan["stopped_early"].fillna(False).to_numpy(dtype=bool)
+        cols["adaptive_keep"] = plan["keep"].fillna(False).to_numpy(dtype=bool)
     cols["num_rollouts"] = n
     cols["expected_num_rollouts"] = expected
     cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
@@ -222,7 +232,9 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     out = paths.need("out")
     tasks, rollouts = _read_inputs(paths.need("tasks"), paths.need("rollouts"))
     report = json.loads(paths.need("report").read_text())
-    prof = task_profile(cfg, tasks, rollouts)
+    merged = paths.need("rollouts")
+    files = sorted(merged.rglob("*.parquet")) if merged.is_dir() else [merged]
+    prof = task_profile(cfg, tasks, rollouts, read_plans(files))
     table = pa.Table.from_pandas(prof, preserve_index=False)
     with atomic_path(out / "tasks.parquet") as tmp:
         pq.write_table(table, tmp, compression="zstd")

@@ -34,6 +34,8 @@ def _signal_shares(part: pd.DataFrame, has: pd.Series) -> dict[str, float | None
     }
     for col, key in (("post_signal", "mean_post_signal"), ("post_p_signal", "mean_post_p_signal")):
         out[key] = _f(part[col].mean()) if col in part else None
+    if "stopped_early" in part:  # adaptive sampling
+        out["tasks_stopped_early"] = int(part["stopped_early"].sum())
     return out
 
 

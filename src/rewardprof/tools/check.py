@@ -8,7 +8,8 @@
     merged dataset; rollout_index within [0, num_repeats)
   - every rollout's task_id matches its task (shard outputs and merged dataset)
   - the merged rollouts.parquet holds exactly the union of the shard outputs
-  - every label has rollouts, and every label is complete (all of tasks x num_repeats present)
+  - every label has rollouts, and every label is complete (all of tasks x num_repeats present;
+    under adaptive sampling, every task's planned rollouts, from the shard outputs)
   - every rollout, in the shard outputs and the merged dataset, has one and the same gen_key
     (model, sampling and seed scheme: shards made before a change are not mixed with new ones)
 
@@ -23,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.layout import RunLayout, parse_shard_name
+from rewardprof.stages.rollout.adaptive_rounds import read_plans
 
 
 def _shard_counts(directory: Path) -> set[int]:
@@ -180,6 +183,11 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
         problems.append(f"{merged_path}: missing (run the merge)")
         present = union
     counts["rollouts"] = len(present)
+    if n is not None:  # adaptive sampling: a task is complete with its planned rollouts
+        plans = read_plans([p for p in layout.all_shard_rollouts(n) if p.exists()])
+        if plans is not None:
+            planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
+            tasks.repeats = planned.fillna(pd.Series(tasks.repeats)).to_numpy(np.int64)
     _check_labels(report, tasks, present, problems)
     return problems, counts
 

@@ -196,7 +196,7 @@ def _label_row(target: Config, e, n_tasks: int, basis: str, rate, counts) -> dic
     rollouts = n_tasks * k
     hours = rollouts / rate if rate else math.nan
     pred = useful_prediction(counts, k)
-    shares = adaptive_rollouts(target.export, pred["prior"], k, target.profile.group_size)
+    shares = adaptive_rollouts(target, pred["prior"], k)
     useful = {key: n_tasks * pred[key] for key in ("useful_fraction", "low", "high")}
     return {
         "label": e.label,

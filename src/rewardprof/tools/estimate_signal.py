@@ -23,13 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rewardprof.core.adaptive import (
-    DEFAULT_DELTA,
-    DEFAULT_MIN_ROLLOUTS,
-    EXACT_FIRST_ROUND,
-    bayes_stop,
-    exact_stop,
-)
+from rewardprof.core.adaptive import bayes_stop, exact_stop
 from rewardprof.core.betafn import nelder_mead
 from rewardprof.core.posterior import (
     MixturePrior,
@@ -42,7 +36,7 @@ from rewardprof.core.posterior import (
     theta_of,
 )
 
-ROUND_SIZE = 2  # rollouts per task per adaptive round after the first
+ROUND_SIZE = 2  # rollouts per task per adaptive round after the first (adaptive.round_size)
 
 
 def useful_at(prior: MixturePrior, k: int) -> float:
@@ -96,10 +90,14 @@ def useful_prediction(counts: list[tuple[int, int]], k: int, level: float = 0.95
 
 
 def expected_rollouts(
-    prior: MixturePrior, k: int, stop: Callable[[int, np.ndarray], np.ndarray], first: int
+    prior: MixturePrior,
+    k: int,
+    stop: Callable[[int, np.ndarray], np.ndarray],
+    first: int,
+    round_size: int = ROUND_SIZE,
 ) -> float:
     """Expected rollouts per task when a task stops where stop(n, c) says, sampling `first`
-    rollouts, then ROUND_SIZE at a time, up to k; tasks drawn from the prior."""
+    rollouts, then `round_size` at a time, up to k; tasks drawn from the prior."""
     n = min(first, k)
     probs = prior_as_posterior(prior).predictive(n)  # P(c passes in the first n)
     total = 0.0
@@ -110,24 +108,27 @@ def expected_rollouts(
         going = cs[~done]
         if not len(going):
             return total
-        step = min(ROUND_SIZE, k - n)
+        step = min(round_size, k - n)
         nxt = np.zeros(n + step + 1)
         for c in going:
             nxt[c : c + step + 1] += probs[c] * posterior(prior, n, int(c)).predictive(step)
         probs, n = nxt, n + step
 
 
-def adaptive_rollouts(ex, prior: MixturePrior, k: int, group_size: int) -> dict[str, float]:
-    """Expected share of k rollouts per task under exact and bayes (default delta and first
-    round), for 0/1 rewards under the export rules `ex`."""
+def adaptive_rollouts(cfg, prior: MixturePrior, k: int) -> dict[str, float]:
+    """Expected share of k rollouts per task under exact and bayes with the config's adaptive
+    settings (whichever mode it selects), for 0/1 rewards under its export rules."""
+    ex, group_size, a = cfg.export, cfg.profile.group_size, cfg.adaptive
 
     def exact(n: int, cs: np.ndarray) -> np.ndarray:
         return exact_stop(ex, np.full(len(cs), n), cs, k, group_size)[0]
 
     def bayes(n: int, cs: np.ndarray) -> np.ndarray:
-        return bayes_stop(ex, prior, np.full(len(cs), n), cs, k, group_size, DEFAULT_DELTA)[0]
+        return bayes_stop(ex, prior, np.full(len(cs), n), cs, k, group_size, a.delta)[0]
 
-    return {
-        "exact": expected_rollouts(prior, k, exact, EXACT_FIRST_ROUND) / k,
-        "bayes": expected_rollouts(prior, k, bayes, DEFAULT_MIN_ROLLOUTS) / k,
-    }
+    out = {"bayes": expected_rollouts(prior, k, bayes, a.min_rollouts, a.round_size) / k}
+    if ex.min_expected_signal is None and ex.min_signal_probability is None:
+        out["exact"] = expected_rollouts(prior, k, exact, a.round_size, a.round_size) / k
+    else:  # exact cannot settle posterior rules: it would run every task to K
+        out["exact"] = 1.0
+    return out

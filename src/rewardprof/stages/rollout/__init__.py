@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from rewardprof.core.config import Config
+from rewardprof.core.config import Config, ConfigError
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
@@ -18,11 +18,16 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     paths.tasks) into the journal (paths.journal), write the shard's output (paths.out) and
     return the shard's summary. The engine session (an endpoint, or a vLLM server logging to
     paths.engine_log) opens only after the journal was read, and only when something is
-    missing: a shard with everything journaled finishes in seconds without an engine."""
+    missing: a shard with everything journaled finishes in seconds without an engine.
+    Adaptive bayes: the labels' priors from paths.prior."""
+    from rewardprof.stages.rollout.adaptive_rounds import load_priors  # lazy: as run_shard
     from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
 
     tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
+    priors = load_priors(paths.prior)
+    if cfg.adaptive.mode == "bayes" and priors is None:
+        raise ConfigError("adaptive.mode bayes: the rollout needs the fitted priors (--prior)")
     beat = ShardHeartbeat.for_output(out, cfg.rollout.progress_interval_s)
     if beat is not None:
         beat.write(state="starting")
@@ -30,7 +35,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     try:
         # the engine is opened only if the journal lacks some rollout (run_shard)
         engine = functools.partial(engine_session, cfg, paths.engine_log)
-        summary = run_shard(cfg, engine, tasks, journal, out, tag, heartbeat=beat)
+        summary = run_shard(cfg, engine, tasks, journal, out, tag, priors, heartbeat=beat)
     except JournalLocked:
         if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
             beat.data["state"] = "refused"

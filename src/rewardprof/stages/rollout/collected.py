@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from rewardprof.core.schemas import OK
 from rewardprof.stages.rollout.journal import JournalScan
 
-WINNER_COLUMNS = ["task_index", "rollout_index", "status", "finished_at", "_src", "_row"]
+WINNER_COLUMNS = ["task_index", "rollout_index", "status", "reward", "finished_at", "_src", "_row"]
 
 
 @dataclass

@@ -37,9 +37,11 @@ def write_output(
     gen_key: str,
     shard_tag: str,
     out_path: Path,
+    metadata: dict[bytes, bytes] | None = None,
 ) -> dict[str, Any]:
-    """Resolve the journal for `tasks` (task_index, task_id, num_repeats) and write the
-    winners' full records to `out_path`; return the shard summary."""
+    """Resolve the journal for `tasks` (task_index, task_id, num_repeats: the rollouts each
+    task needs, fewer under adaptive sampling) and write the winners' full records to
+    `out_path`, with `metadata` in its schema; return the shard summary."""
     scan = scan_journal(journal_dir)
     tasks = tasks[["task_index", "task_id", "num_repeats"]]
     col = resolve(scan, tasks, gen_key)
@@ -90,7 +92,7 @@ def write_output(
     sources: Counter[str] = Counter()
     with (
         atomic_path(out_path) as tmp,
-        pq.ParquetWriter(tmp, ROLLOUT_SCHEMA, compression="zstd") as w,
+        pq.ParquetWriter(tmp, _schema(metadata), compression="zstd") as w,
     ):
         for src, table in zip(sorted(picks), read_rows(scan, picks), strict=True):
             if col.rekeyed:  # records that followed their task_id get its current index
@@ -116,3 +118,7 @@ def remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
         path.unlink(missing_ok=True)
     if stale:
         log.info("%s: removed %d temp files left by a killed attempt", shard_tag, len(stale))
+
+
+def _schema(metadata: dict[bytes, bytes] | None) -> pa.Schema:
+    return ROLLOUT_SCHEMA.with_metadata(metadata) if metadata else ROLLOUT_SCHEMA

@@ -13,12 +13,58 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import sys
 import time
 from collections import Counter
-from typing import TextIO
+from typing import Any, TextIO
 
+from rewardprof.core.schemas import TokensSource
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
+from rewardprof.stages.rollout.seeds import SEED_SCHEME
+
+log = logging.getLogger("rewardprof.stages.rollout")
+
+
+def log_start(shard_tag: str, tasks: int, missing: int, info: dict[str, Any]) -> None:
+    """What a shard's job found in the journal when it started."""
+    log.info(
+        "%s: %d tasks, %d rollouts already journaled, %d to generate "
+        "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
+        shard_tag,
+        tasks,
+        info["journaled_ok"],
+        missing,
+        info["stale"],
+        info["rekeyed"],
+        info["torn_lines"],
+    )
+    if info["stale_seed_scheme_1"]:
+        log.warning(
+            "%s: %d of the stale records were made under seed scheme 1 (seed scheme "
+            "now %d): they are not reused, their rollouts are generated again with the "
+            "new seeds (docs/robustness.md)",
+            shard_tag,
+            info["stale_seed_scheme_1"],
+            SEED_SCHEME,
+        )
+
+
+def log_done(shard_tag: str, summary: dict[str, Any]) -> None:
+    """A shard's counts by status when its output is written; a warning if token counts are
+    estimates."""
+    log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
+    sources = summary["completion_tokens_source"]
+    if sources.get(TokensSource.APPORTIONED):
+        log.warning(
+            "%s: %d of %d rollouts have completion_tokens apportioned by text length (the "
+            "server sent no token_ids): an estimate that depends on engine.max_n; set "
+            "engine.return_token_ids: true if the endpoint is vLLM",
+            shard_tag,
+            sources[TokensSource.APPORTIONED],
+            summary["present"],
+        )
 
 
 class Progress:

@@ -19,7 +19,6 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +28,24 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
-from rewardprof.core.schemas import OK, FailureKind, TokensSource
+from rewardprof.core.schemas import OK, FailureKind
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
+from rewardprof.stages.rollout.adaptive_rounds import (
+    first_round_only,
+    generate_rounds,
+    plan_metadata,
+    settings_of,
+)
 from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
-from rewardprof.stages.rollout.progress import Progress
+from rewardprof.stages.rollout.progress import Progress, log_done, log_start
 from rewardprof.stages.rollout.record import journal_record
 from rewardprof.stages.rollout.seeds import (
-    SEED_SCHEME,
     gen_key,
     legacy_gen_key,
     task_seed,
@@ -102,6 +106,7 @@ class ShardRun:
             self.envs[label] = make_environment(env_name, options[label])
             self._env_specs[label] = (env_name, options[label])
         self.counts: Counter[str] = Counter()
+        self.failed_here: set[tuple[int, int]] = set()  # (task_index, rollout_index), this job
 
     def missing(self) -> tuple[list[list[int]], dict[str, int]]:
         scan = scan_journal(self.journal_dir)
@@ -199,6 +204,7 @@ class ShardRun:
             if rec["status"] != OK:
                 failed += 1
                 kinds[rec["status"]] += 1
+                self.failed_here.add((base["task_index"], r))
             self.counts[rec["status"]] += 1
             writer.append(rec)
         progress.update(len(unit.indices), failed, tokens, kinds, result.detail)
@@ -321,73 +327,63 @@ async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) ->
 
 def run_shard(
     cfg: Config,
-    endpoint: Endpoint | Callable[[], AbstractContextManager[Endpoint]],
+    endpoint: Endpoint | Callable[[], contextlib.AbstractContextManager[Endpoint]],
     shard_tasks: str | Path,
     journal_dir: str | Path,
     out_path: str | Path,
     shard_tag: str,
+    priors: dict | None = None,
+    first_round: int | None = None,
     heartbeat: ShardHeartbeat | None = None,
 ) -> dict[str, Any]:
     """Collect every missing rollout of the shard's tasks, then write the shard output.
-    `endpoint` is an Endpoint or what opens one (engine_session): it is opened only when the
-    journal lacks some rollout, so a shard with nothing to generate starts no engine;
-    `heartbeat` (if any) is kept up to date for `rewardprof status`."""
+    `endpoint`: an Endpoint or what opens one (engine_session), opened at the first rollout to
+    generate (nothing to generate: no engine). `priors`: adaptive bayes' rounds; `first_round`:
+    collect only rollouts below it, then write a JSON summary to `out_path` instead (bayes'
+    first step). `heartbeat`, if any, is kept up to date for `rewardprof status`."""
     journal = Path(journal_dir)
     if isinstance(endpoint, Endpoint):
         planned, open_engine = endpoint, lambda: contextlib.nullcontext(endpoint)
     else:  # what gen_key needs is known before any engine: the model name of the requests
         planned, open_engine = Endpoint("", cfg.model_name, identity="not started"), endpoint
-    with ShardLock(journal, shard_tag):
+    with ShardLock(journal, shard_tag), contextlib.ExitStack() as engine:
         remove_stale_tmp(journal, shard_tag, Path(out_path))
         tasks = load_tasks(Path(shard_tasks))
         run = ShardRun(cfg, planned, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
         missing, info = run.missing()
-        todo = sum(len(m) for m in missing)
-        log.info(
-            "%s: %d tasks, %d rollouts already journaled, %d to generate "
-            "(stale records ignored: %d, re-keyed: %d, torn lines skipped: %d)",
-            shard_tag,
-            len(run.tasks),
-            info["journaled_ok"],
-            todo,
-            info["stale"],
-            info["rekeyed"],
-            info["torn_lines"],
-        )
-        if info["stale_seed_scheme_1"]:
-            log.warning(
-                "%s: %d of the stale records were made under seed scheme 1 (seed "
-                "scheme now %d): they are not reused, their rollouts "
-                "are generated again with the new seeds (docs/robustness.md)",
-                shard_tag,
-                info["stale_seed_scheme_1"],
-                SEED_SCHEME,
-            )
+        log_start(shard_tag, len(run.tasks), sum(len(m) for m in missing), info)
         if heartbeat is not None:
             expected = int(run.tasks["num_repeats"].sum())
             heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
-        if todo:
-            with open_engine() as run.endpoint:
+
+        def generate(todo_lists: list[list[int]]) -> int:
+            todo = sum(len(m) for m in todo_lists)
+            if todo:
+                if run.endpoint is planned:  # the first rollout to generate: open the engine
+                    run.endpoint = engine.enter_context(open_engine())
                 interval = cfg.rollout.progress_interval_s
                 progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
                 try:
-                    asyncio.run(_with_sigterm(run.generate(missing, progress)))
+                    asyncio.run(_with_sigterm(run.generate(todo_lists, progress)))
                 finally:
                     progress.close()
-        summary = write_output(run.cfg, run.tasks, journal, run.gen_key, shard_tag, Path(out_path))
+            return todo
+
+        if first_round is not None:
+            return first_round_only(run, first_round, generate, Path(out_path))
+        settings, out_tasks, metadata = settings_of(cfg), run.tasks, None
+        if settings is None:
+            todo = generate(missing)
+        else:  # rounds: the output holds each task's planned rollouts (adaptive_rounds.py)
+            plan_, todo = generate_rounds(run, settings, generate, priors)
+            out_tasks = run.tasks.assign(num_repeats=plan_.planned)
+            metadata = plan_metadata(run.tasks, plan_)
+        engine.close()  # the engine is done before the output is written
+        summary = write_output(
+            run.cfg, out_tasks, journal, run.gen_key, shard_tag, Path(out_path), metadata
+        )
         summary.update(generated=todo, **info)
-        log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
-        sources = summary["completion_tokens_source"]
-        if sources.get(TokensSource.APPORTIONED):
-            log.warning(
-                "%s: %d of %d rollouts have completion_tokens apportioned by text "
-                "length (the server sent no token_ids): an estimate that depends on "
-                "engine.max_n; set engine.return_token_ids: true if the endpoint is "
-                "vLLM",
-                shard_tag,
-                sources[TokensSource.APPORTIONED],
-                summary["present"],
-            )
+        log_done(shard_tag, summary)
         return summary
 
 

@@ -1,0 +1,44 @@
+# Adaptive sampling, mode bayes (docs/adaptive.md): each shard's first round, then one job fits
+# every label's prior over all shards, then the rollout jobs run their rounds with it. The
+# prior never depends on the shard layout or on what a restarted job had journaled.
+rule adaptive_first_round:
+    input:
+        tasks=LAYOUT.shard_tasks("{i}", "{n}"),
+        model=engine_model_input(),
+        cfg=LAYOUT.stage_config("rollout"),
+    output:
+        done=LAYOUT.first_round("{i}", "{n}"),
+    params:
+        journal=str(LAYOUT.journal),
+    resources:
+        engine_slots=engine_resources(),
+    log:
+        rollout=LAYOUT.shard_log("first_round", "{i}", "{n}"),
+        engine=LAYOUT.shard_log("first_round_engine", "{i}", "{n}"),
+    benchmark:
+        LAYOUT.shard_benchmark("first_round", "{i}", "{n}")
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof adaptive-first-round --config {input.cfg} --tasks {input.tasks}"
+        " --journal {params.journal} --out {output.done}"
+        " --shard {wildcards.i} --num-shards {wildcards.n}"
+        " --engine-log {log.engine} 2> {log.rollout}"
+
+
+rule adaptive_prior:
+    input:
+        tasks=LAYOUT.tasks,
+        first_rounds=expand(LAYOUT.first_round("{i}"), i=range(CFG.num_shards)),
+        cfg=LAYOUT.stage_config("rollout"),
+    output:
+        prior=LAYOUT.adaptive_prior,
+    params:
+        journal=str(LAYOUT.journal),
+    log:
+        LAYOUT.log("adaptive_prior"),
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof adaptive-prior --config {input.cfg} --tasks {input.tasks}"
+        " --journal {params.journal} --out {output.prior} {input.first_rounds} 2> {log}"

@@ -1,0 +1,214 @@
+"""Adaptive sampling in the rollout stage: rounds planned by core/adaptive_plan.py.
+
+A shard's job plans from its journal, samples what the plan is missing, and plans again, until
+every task's decision is settled or it has num_repeats rollouts. The plan is a function of the
+rewards alone (never of arrival order, shard split or concurrency), so a killed job's rerun,
+which replans from the journal, samples the same (task, rollout) pairs. Failures: a rollout
+that failed in this job is known (the plan treats it as unknown reward, it is not retried in a
+loop); one that failed in an earlier attempt is retried, as in a fixed-K run.
+
+The plan is recorded in the shard output's Parquet metadata (PLAN_KEY: task_index, planned,
+stopped_early, keep per task), so merge, check and profile know how many rollouts a task
+stopped at without the config.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.core.adaptive_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.core.atomic import write_json_atomic
+from rewardprof.core.config import MAX_NUM_REPEATS, Config
+from rewardprof.core.posterior import MixturePrior, fit_prior
+from rewardprof.core.schemas import OK
+from rewardprof.stages import StagePaths
+from rewardprof.stages.rollout.collected import resolve
+from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.stages.rollout.seeds import gen_key
+from rewardprof.stages.rollout.shard_tasks import missing_indices
+
+PLAN_KEY = b"rewardprof.adaptive_plan"
+
+
+def settings_of(cfg: Config) -> AdaptiveSettings | None:
+    """The planner's settings, None when adaptive sampling is off."""
+    a = cfg.adaptive
+    if a.mode == "off":
+        return None
+    return AdaptiveSettings(
+        mode=a.mode,
+        first=a.round_size if a.mode == "exact" else a.min_rollouts,
+        round_size=a.round_size,
+        delta=a.delta,
+        group_size=cfg.profile.group_size,
+        ci_level=cfg.profile.ci_level,
+        signal_threshold=cfg.profile.signal_threshold,
+    )
+
+
+def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFrame:
+    return resolve(
+        scan_journal(journal_dir), tasks[["task_index", "task_id", "num_repeats"]], gen_key
+    ).winners
+
+
+def fit_priors(
+    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+) -> dict[str, dict[str, float | int]]:
+    """Each label's prior, fitted on the first round (rollouts below adaptive.min_rollouts) of
+    all its tasks, as journaled: ok rollouts count, failed ones do not."""
+    first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
+    w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
+    w = w[w["status"] == OK]
+    passed = w["reward"].to_numpy(dtype=float) >= cfg.profile.pass_threshold
+    by_task = pd.DataFrame({"task_index": w["task_index"].to_numpy(), "passed": passed})
+    counts = by_task.groupby("task_index")["passed"].agg(["size", "sum"])
+    counts = counts.reindex(tasks["task_index"].to_numpy(), fill_value=0)
+    labels = tasks["label"].to_numpy(dtype=object)
+    n, c = counts["size"].to_numpy(), counts["sum"].to_numpy()
+    return {
+        label: fit_prior(n[labels == label], c[labels == label]).as_dict()
+        for label in pd.unique(labels)
+    }
+
+
+def write_priors(cfg: Config, paths: StagePaths) -> dict:
+    """Fit the priors on the journaled first round of every task (paths.tasks: the whole tasks
+    table) and write them to paths.out (adaptive/prior.json), which every later round reads."""
+    tasks = pq.read_table(
+        paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
+    ).to_pandas()
+    key = gen_key(cfg, cfg.model_name)
+    result = {
+        "min_rollouts": cfg.adaptive.min_rollouts,
+        "gen_key": key,
+        "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
+    }
+    write_json_atomic(paths.need("out"), result)
+    return result
+
+
+def load_priors(path: Path | None) -> dict[str, MixturePrior] | None:
+    """The priors adaptive-prior wrote (None: no file given)."""
+    if path is None:
+        return None
+    data = json.loads(path.read_text())["labels"]
+    return {label: MixturePrior.from_dict(d) for label, d in data.items()}
+
+
+def shard_plan(
+    cfg: Config,
+    settings: AdaptiveSettings,
+    tasks: pd.DataFrame,
+    journal_dir: Path,
+    gen_key: str,
+    failed_here: set[tuple[int, int]],
+    priors: dict[str, MixturePrior] | None = None,
+) -> tuple[Plan, Records]:
+    """The plan of the shard's tasks from the journal; `failed_here`: (task_index,
+    rollout_index) that failed in this job (known); other failures are left to retry."""
+    w = _winners(tasks, journal_dir, gen_key)
+    ok = (w["status"] == OK).to_numpy()
+    ti = w["task_index"].to_numpy(np.int64)
+    ri = w["rollout_index"].to_numpy(np.int64)
+    failed_keys = np.array([a * MAX_NUM_REPEATS + b for a, b in failed_here], dtype=np.int64)
+    here = np.isin(ti * MAX_NUM_REPEATS + ri, failed_keys)
+    known = ok | here
+    pos = pd.Index(tasks["task_index"]).get_indexer(ti[known])
+    reward = np.where(ok[known], w["reward"].to_numpy(dtype=float, na_value=np.nan)[known], np.nan)
+    records = Records(pos.astype(np.int64), ri[known], reward)
+    result = plan(
+        settings,
+        cfg.export,
+        tasks["num_repeats"].to_numpy(np.int64),
+        tasks["label"].to_numpy(dtype=object),
+        records,
+        priors,
+        cfg.profile.pass_threshold,
+    )
+    return result, records
+
+
+def generate_rounds(
+    run, settings: AdaptiveSettings, generate, priors: dict[str, MixturePrior] | None = None
+) -> tuple[Plan, int]:
+    """Plan, sample what is missing (`generate(per-task index lists)` returns how many it
+    sent), replan, until nothing is missing; (the final plan, rollouts sent). `run` is the
+    shard's ShardRun; each round writes under its own journal writer id (a writer's segment
+    numbers restart at 0, so reusing one would overwrite its first segment)."""
+    base, sent, previous = run.writer_id, 0, None
+    for round_no in itertools.count():
+        plan_, records = shard_plan(
+            run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here, priors
+        )
+        todo = missing_lists(plan_, records)
+        if not any(todo):
+            return plan_, sent
+        if todo == previous:  # what was sampled did not reach the journal: never loop on it
+            raise RuntimeError(f"{base}: round {round_no} asks again for the same rollouts")
+        run.writer_id, previous = f"{base}-r{round_no}", todo
+        sent += generate(todo)
+    raise AssertionError("unreachable")
+
+
+def first_round_only(run, first: int, generate, out: Path) -> dict:
+    """bayes' first step in a shard: every task's rollouts below `first` (at most K), then a
+    summary at `out` saying the shard's first round is journaled."""
+    k = run.tasks["num_repeats"].to_numpy(np.int64)
+    first_tasks = run.tasks.assign(num_repeats=np.minimum(first, k))
+    w = _winners(first_tasks, run.journal_dir, run.gen_key)
+    ok = w[w["status"] == OK]
+    missing = missing_indices(first_tasks, ok)
+    sent = generate(missing)
+    w = _winners(first_tasks, run.journal_dir, run.gen_key)
+    summary = {
+        "shard": run.writer_id.split("-", 1)[0],
+        "tasks": len(run.tasks),
+        "first_round": first,
+        "generated": sent,
+        "present": len(w),
+        "ok": int((w["status"] == OK).sum()),
+    }
+    if summary["present"] != int(first_tasks["num_repeats"].sum()):
+        raise RuntimeError(f"{summary['shard']}: first round incomplete: {summary}")
+    write_json_atomic(out, summary)
+    return summary
+
+
+def missing_lists(plan_: Plan, records: Records) -> list[list[int]]:
+    """Per task position, the planned rollout indices still to sample."""
+    pos, idx = plan_.missing(records)
+    out: list[list[int]] = [[] for _ in range(len(plan_.planned))]
+    for p, r in zip(pos.tolist(), idx.tolist(), strict=True):
+        out[p].append(r)
+    return out
+
+
+def plan_metadata(tasks: pd.DataFrame, plan_: Plan) -> dict[bytes, bytes]:
+    """The plan as Parquet key-value metadata of the shard output."""
+    body = {
+        "task_index": tasks["task_index"].astype(int).tolist(),
+        "planned": plan_.planned.astype(int).tolist(),
+        "stopped_early": plan_.stopped_early.astype(bool).tolist(),
+        "keep": plan_.keep.astype(bool).tolist(),
+    }
+    return {PLAN_KEY: json.dumps(body, separators=(",", ":")).encode()}
+
+
+def read_plans(paths: list[Path]) -> pd.DataFrame | None:
+    """task_index, planned, stopped_early, keep from the shard outputs (or the files of a
+    merged dataset); None when they were made without adaptive sampling."""
+    parts = []
+    for path in paths:
+        meta = pq.read_schema(path).metadata or {}
+        if PLAN_KEY in meta:
+            parts.append(pd.DataFrame(json.loads(meta[PLAN_KEY])))
+    if not parts:
+        return None
+    return pd.concat(parts, ignore_index=True).sort_values("task_index", ignore_index=True)
