@@ -4,7 +4,8 @@
 import os
 import sys
 
-from rewardprof.core.config import ConfigError, typed_overrides, validate_config
+from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.overrides import typed_overrides
 from rewardprof.core.layout import RunLayout
 from rewardprof.core.run_config import secret_env
 

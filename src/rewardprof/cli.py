@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib
 import json
 import logging
 import sys
@@ -31,7 +32,7 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.core.run_config import load_stage_config
 from rewardprof.engine import model
 from rewardprof.engine.preflight import check_sources
-from rewardprof.stages import StagePaths
+from rewardprof.stages import StagePaths, add_path_arguments
 from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
 
 
@@ -65,6 +66,13 @@ def _add_config(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config-json", help="config as JSON text")
 
 
+def _run_stage(name: str, args: argparse.Namespace, with_config: bool = True) -> dict:
+    """Run stage `name` (rewardprof.stages.<name>) on the command's config and paths. The stage
+    module is imported here, so a command loads only its own stage."""
+    stage = importlib.import_module(f"rewardprof.stages.{name}")
+    return stage.run(_config(args) if with_config else None, _stage_paths(args))
+
+
 def _stage_paths(args: argparse.Namespace) -> StagePaths:
     """A stage command's StagePaths: its arguments are named as StagePaths' fields (dest)."""
     values: dict[str, object] = {}
@@ -79,6 +87,16 @@ def _stage_paths(args: argparse.Namespace) -> StagePaths:
         else:
             values[field.name] = Path(value)
     return StagePaths(**values)
+
+
+def _config_and_paths(command: str) -> Callable[[argparse.ArgumentParser], None]:
+    """The arguments of a stage command that takes the config and its paths, nothing else."""
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        _add_config(p)
+        add_path_arguments(p, command)
+
+    return add_arguments
 
 
 def _schema_args(p: argparse.ArgumentParser) -> None:
@@ -110,17 +128,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _materialize_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    p.add_argument("--tasks", required=True, help="the tasks table to write (Parquet)")
-    p.add_argument("--report", required=True, help="the report to write (JSON)")
-
-
 def cmd_materialize(args: argparse.Namespace) -> int:
-    from rewardprof.stages import materialize  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    report = materialize.run(_config(args), paths)
+    report = _run_stage("materialize", args)
     for e in report["entries"]:
         logging.info(
             "%s: %d of %d rows read -> tasks [%d, %d)",
@@ -134,8 +143,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def _shard_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
-    p.add_argument("--out", required=True, help="the shard's tasks to write (Parquet)")
+    add_path_arguments(p, "shard")
     _shard_index_args(p)
 
 
@@ -145,29 +153,21 @@ def _shard_index_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_shard(args: argparse.Namespace) -> int:
-    from rewardprof.stages import shard  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    report = shard.run(None, paths)
+    report = _run_stage("shard", args, with_config=False)
     logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, report["num_tasks"])
     return 0
 
 
 def _rollout_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True, help="the shard's tasks table")
-    p.add_argument("--journal", required=True, help="journal directory (shared by all shards)")
-    p.add_argument("--out", required=True, help="the shard's rollouts to write (Parquet)")
+    add_path_arguments(p, "rollout")
     _shard_index_args(p)
     p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
     p.add_argument("--prior", default=None, help="adaptive bayes: the labels' fitted priors")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from rewardprof.stages import rollout  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    summary = rollout.run(_config(args), paths)
+    summary = _run_stage("rollout", args)
     logging.info("summary: %s", json.dumps(summary))
     return 0
 
@@ -193,9 +193,7 @@ def cmd_first_round(args: argparse.Namespace) -> int:
 
 def _prior_args(p: argparse.ArgumentParser) -> None:
     _add_config(p)
-    p.add_argument("--tasks", required=True, help="the tasks table (all tasks)")
-    p.add_argument("--journal", required=True)
-    p.add_argument("--out", required=True, help="adaptive/prior.json")
+    add_path_arguments(p, "prior")
     p.add_argument("first_rounds", nargs="*", help="the shards' first-round summaries")
 
 
@@ -208,18 +206,12 @@ def cmd_prior(args: argparse.Namespace) -> int:
 
 
 def _merge_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
-    p.add_argument("--journal", required=True, help="journal directory (for its notes)")
-    p.add_argument("--out", required=True, help="the merged dataset to write (a directory)")
-    p.add_argument("--report", required=True, help="the merge report to write (JSON)")
+    add_path_arguments(p, "merge")
     p.add_argument("shards", nargs="+", help="the shard outputs, shard 0 first")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from rewardprof.stages import merge  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    report = merge.run(None, paths)
+    report = _run_stage("merge", args, with_config=False)
     logging.info("merged %d rollouts (%s)", report["num_rollouts"], report["by_status"])
     if report["orphaned_journal_records"]:
         logging.warning(
@@ -229,36 +221,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    p.add_argument("--tasks", required=True, help="the tasks table (materialize/tasks.parquet)")
-    p.add_argument("--rollouts", required=True, help="the merged rollouts (rollouts.parquet/)")
-    p.add_argument("--report", required=True, help="materialize report (index ranges)")
-    p.add_argument("--out", required=True, help="profile output directory")
-
-
 def cmd_profile(args: argparse.Namespace) -> int:
-    from rewardprof.stages import profile  # lazy: only this command loads it
     from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
 
-    paths = _stage_paths(args)
-    summary = profile.run(_config(args), paths)
+    summary = _run_stage("profile", args)
     print(format_table(summary["labels"]), file=sys.stdout, flush=True)
     return 0
 
 
-def _export_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
-    p.add_argument("--report", required=True, help="materialize/report.json (index ranges)")
-    p.add_argument("--out", required=True, help="export directory")
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    from rewardprof.stages import export  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    report = export.run(_config(args), paths)
+    report = _run_stage("export", args)
     for lab in report["labels"]:
         dropped = ", ".join(f"{k} {v}" for k, v in lab["dropped_by"].items() if v) or "none"
         print(
@@ -271,17 +243,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", required=True, help="profile/tasks.parquet")
-    p.add_argument("--summary", required=True, help="profile/summary.json")
+    add_path_arguments(p, "report")
     p.add_argument("--export-report", default=None, help="export/report.json (optional)")
-    p.add_argument("--out", required=True, help="output directory")
+    add_path_arguments(p, out="output directory")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rewardprof.stages import report  # lazy: only this command loads it
-
-    paths = _stage_paths(args)
-    for written in report.run(None, paths)["written"]:
+    for written in _run_stage("report", args, with_config=False)["written"]:
         print(written)
     return 0
 
@@ -289,7 +257,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 COMMANDS: tuple[Command, ...] = (
     Command("schema", "print the config JSON schema", _schema_args, cmd_schema),
     Command("validate", "validate a config", _add_config, cmd_validate),
-    Command("materialize", "sources -> tasks table + report", _materialize_args, cmd_materialize),
+    Command(
+        "materialize",
+        "sources -> tasks table + report",
+        _config_and_paths("materialize"),
+        cmd_materialize,
+    ),
     Command("shard", "tasks of shard i of N", _shard_args, cmd_shard),
     Command(
         "rollout",
@@ -310,7 +283,9 @@ COMMANDS: tuple[Command, ...] = (
         cmd_prior,
     ),
     Command("merge", "shard outputs -> rollouts dataset, checked", _merge_args, cmd_merge),
-    Command("profile", "per-task reward profile + summaries", _profile_args, cmd_profile),
+    Command(
+        "profile", "per-task reward profile + summaries", _config_and_paths("profile"), cmd_profile
+    ),
     Command(
         "model", "Prepare the models the engine serves.", model.add_arguments, model.run_command
     ),
@@ -329,7 +304,10 @@ COMMANDS: tuple[Command, ...] = (
         slurm_config.run_command,
     ),
     Command(
-        "export", "filtered, re-weighted training set from a profile", _export_args, cmd_export
+        "export",
+        "filtered, re-weighted training set from a profile",
+        _config_and_paths("export"),
+        cmd_export,
     ),
     Command(
         "report",

@@ -175,7 +175,7 @@ def test_command_line_sections_are_read_as_yaml():
     the section a string; they are typed as in a config file, and the strict config takes them."""
     from snakemake.cli import parse_config  # lazy: only this test needs Snakemake's parser
 
-    from rewardprof.core.config import typed_overrides
+    from rewardprof.core.overrides import typed_overrides
 
     overrides = parse_config(
         ["sampling={max_tokens: 512, temperature: 0.5}", "num_shards=3", "run=other"]

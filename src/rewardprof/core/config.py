@@ -344,40 +344,6 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
     return cfg
 
 
-def typed_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """`config` with the sections given by Snakemake's `--config` read as YAML would read them.
-
-    Snakemake types a top-level `--config key=value` (int, float, bool, then text), but parses a
-    section (`--config 'sampling={max_tokens: 512}'`) with YAML's BaseLoader, which leaves every
-    value inside a string. The config is strict (no string -> int), so those strings are read
-    again as YAML; a value from a config file is never converted."""
-
-    def retyped(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: retyped(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [retyped(v) for v in value]
-        if isinstance(value, str):
-            try:
-                return yaml.safe_load(value) if value.strip() else value
-            except yaml.YAMLError:
-                return value
-        return value
-
-    def merged(base: dict[str, Any], over: dict[str, Any], top: bool) -> dict[str, Any]:
-        out = dict(base)
-        for key, value in over.items():
-            if isinstance(value, dict) and isinstance(base.get(key), dict):
-                out[key] = merged(base[key], value, top=False)
-            elif isinstance(value, (dict, list)) or not top:
-                out[key] = retyped(value)  # inside a section: BaseLoader's strings
-            elif key in base:
-                out[key] = base[key]
-        return out
-
-    return merged(config, overrides, top=True) if isinstance(config, dict) else config
-
-
 def _options_problems(i: int, entry: Entry) -> list[str]:
     """What is wrong with entry i's `options`, checked against its environment's Options."""
     try:

@@ -11,6 +11,7 @@ most stages also write it to a file). No stage imports Snakemake: the rules call
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,3 +45,54 @@ class StagePaths:
         if value is None or value == ():
             raise TypeError(f"StagePaths.{name} is required by this stage")
         return value
+
+
+# The path arguments of each stage command, all required: `--name` (dashes for
+# underscores; the names are StagePaths' fields) and its help.
+STAGE_PATH_ARGUMENTS: dict[str, dict[str, str]] = {
+    "materialize": {
+        "tasks": "the tasks table to write (Parquet)",
+        "report": "the report to write (JSON)",
+    },
+    "shard": {
+        "tasks": "the tasks table (materialize/tasks.parquet)",
+        "out": "the shard's tasks to write (Parquet)",
+    },
+    "rollout": {
+        "tasks": "the shard's tasks table",
+        "journal": "journal directory (shared by all shards)",
+        "out": "the shard's rollouts to write (Parquet)",
+    },
+    "prior": {
+        "tasks": "the tasks table (all tasks)",
+        "journal": "journal directory (every shard's first round)",
+        "out": "adaptive/prior.json",
+    },
+    "merge": {
+        "tasks": "the tasks table (materialize/tasks.parquet)",
+        "journal": "journal directory (for its notes)",
+        "out": "the merged dataset to write (a directory)",
+        "report": "the merge report to write (JSON)",
+    },
+    "profile": {
+        "tasks": "the tasks table (materialize/tasks.parquet)",
+        "rollouts": "the merged rollouts (rollouts.parquet/)",
+        "report": "materialize report (index ranges)",
+        "out": "profile output directory",
+    },
+    "export": {
+        "profile": "profile/tasks.parquet",
+        "report": "materialize/report.json (index ranges)",
+        "out": "export directory",
+    },
+    "report": {
+        "profile": "profile/tasks.parquet",
+        "summary": "profile/summary.json",
+    },
+}
+
+
+def add_path_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    """The required path arguments of stage command `command` (its STAGE_PATH_ARGUMENTS)."""
+    for name, text in STAGE_PATH_ARGUMENTS[command].items():
+        p.add_argument("--" + name.replace("_", "-"), required=True, help=text)

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.layout import RunLayout, parse_shard_name
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
+from rewardprof.tools import add_run_dir_arguments
 
 
 def _shard_counts(directory: Path) -> set[int]:
@@ -299,10 +300,4 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof check` (the command table is in rewardprof.cli)."""
-    p.add_argument("run_dir", help="results/<run>")
-    p.add_argument(
-        "--num-shards",
-        type=int,
-        default=None,
-        help="shard layout to check (default: from merge_report.json / file names)",
-    )
+    add_run_dir_arguments(p, "shard layout to check (default: from merge_report.json / file names)")

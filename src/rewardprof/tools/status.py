@@ -34,6 +34,7 @@ from rewardprof.stages.rollout.heartbeat import (
     read_heartbeats,
 )
 from rewardprof.stages.rollout.journal import JournalScan, scan_journal
+from rewardprof.tools import add_run_dir_arguments
 
 
 class StatusError(RewardprofError):
@@ -212,13 +213,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof status` (the command table is in rewardprof.cli)."""
-    p.add_argument("run_dir", help="the run directory, results/<run>")
-    p.add_argument(
-        "--num-shards",
-        type=int,
-        default=None,
-        help="shard layout to report (default: the one the newest rollout job ran)",
-    )
+    add_run_dir_arguments(p, "shard layout to report (default: the one the newest rollout job ran)")
     p.add_argument(
         "--watch",
         type=float,
