@@ -245,7 +245,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _report_args(p: argparse.ArgumentParser) -> None:
     add_path_arguments(p, "report")
     p.add_argument("--export-report", default=None, help="export/report.json (optional)")
-    add_path_arguments(p, out="output directory")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

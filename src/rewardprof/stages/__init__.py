@@ -88,6 +88,7 @@ STAGE_PATH_ARGUMENTS: dict[str, dict[str, str]] = {
     "report": {
         "profile": "profile/tasks.parquet",
         "summary": "profile/summary.json",
+        "out": "output directory",
     },
 }
 
