@@ -109,3 +109,10 @@ def test_no_documented_configfile_is_followed_by_a_target():
     assert bad == []
     shown = [c for path in doc_files() for _, c in snakemake_commands(path)]
     assert any("--configfile" in c for c in shown)  # the check saw the commands
+
+
+def test_test_modules_have_unique_names():
+    # the test folders are not packages: pytest imports each module by its file name, and a
+    # second module of the same name stops the whole run at collection
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
