@@ -91,3 +91,6 @@ def test_eta_text():
         "1m30s",
         "2h01m",
     ]
+    # rounded up: 14 rollouts left at 14.2/s is "1s", never "0s" while work remains (a
+    # fresh-clone CI run read "0s" for a run in progress)
+    assert [eta_text(14, 14.17), eta_text(1, 1000.0), eta_text(61, 1)] == ["1s", "1s", "1m01s"]

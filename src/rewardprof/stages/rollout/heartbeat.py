@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -161,7 +162,7 @@ def eta_text(remaining: int, rate: float) -> str:
         return "0s"
     if rate <= 0:
         return "?"
-    s = int(remaining / rate)
+    s = math.ceil(remaining / rate)  # rounded up: work left never shows as "0s"
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
