@@ -7,6 +7,7 @@ import sys
 from rewardprof.core.config import ConfigError, validate_config
 from rewardprof.core.overrides import typed_overrides
 from rewardprof.core.layout import RunLayout
+from rewardprof.core.redaction import refuse_written_passwords
 from rewardprof.core.run_config import secret_env
 
 try:
@@ -15,6 +16,8 @@ try:
     CFG = validate_config(
         typed_overrides(config, dict(workflow.config_settings.config)), origin="config"
     )
+    # Snakemake copies config files whole into `--report`: a URL password must be `${NAME}`
+    refuse_written_passwords(config, origin="config")
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 

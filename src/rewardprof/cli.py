@@ -50,12 +50,13 @@ def _config(args: argparse.Namespace) -> Config:
     """The stage's config, with URL passwords the rule masked put back (from the environment
     Snakemake passes on); every secret it names is then masked in what this process logs."""
     if args.config_json:
-        data, origin = json.loads(args.config_json), "--config-json"
+        data = json.loads(args.config_json)
+        cfg = validate_config(redaction.unmask_urls(data, "--config-json"), origin="--config-json")
+        redaction.refuse_written_passwords(data, origin="--config-json")
     elif args.config:
-        data, origin = load_stage_config(args.config).model_dump(mode="json"), args.config
+        cfg = load_stage_config(args.config)
     else:
         raise ConfigError("give --config FILE or --config-json TEXT")
-    cfg = validate_config(redaction.unmask_urls(data, origin), origin=origin)
     redaction.install(redaction.config_secrets(cfg.model_dump(mode="json")))
     return cfg
 

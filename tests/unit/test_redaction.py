@@ -11,7 +11,7 @@ import pytest
 
 from rewardprof import cli
 from rewardprof.core import redaction
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError, load_config, validate_config
 from rewardprof.core.schemas import FailureKind
 from rewardprof.stages.rollout.record import journal_record
 
@@ -150,3 +150,44 @@ def test_url_password_from_an_environment_variable(monkeypatch):
     assert "engine.base_url: environment variable RP_URL_PW (named in the URL) is not set" in str(
         info.value
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("http://u:written-pw@h:1/v1", True),
+        ("http://u:ab${RP_PW}@h:1/v1", True),  # half written is written
+        ("http://u:${RP_PW}@h:1/v1", False),
+        ("http://${RP_USER}:${RP_PW}@h:1/v1", False),
+        ("http://***@h:1/v1", False),  # the run directory's mask
+        ("http://h:1/v1", False),
+    ],
+)
+def test_a_url_password_must_be_named_not_written(url, refused):
+    """Snakemake copies config files whole into its report: a written password is refused,
+    naming the key (a judge's is inside an entry's options) and never quoting the password."""
+    data = {
+        "engine": {"base_url": "http://h:1/v1"},
+        "entries": [{"label": "m"}, {"label": "j", "options": {"base_url": url}}],
+    }
+    if not refused:
+        redaction.refuse_written_passwords(data)
+        return
+    with pytest.raises(ConfigError) as info:
+        redaction.refuse_written_passwords(data, origin="c.yaml")
+    message = str(info.value)
+    assert message.startswith("c.yaml: entries[1].options.base_url: the URL's password is written")
+    assert "${NAME}" in message and "written-pw" not in message and "\n" not in message
+
+
+def test_a_config_file_with_a_written_password_does_not_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("RP_PW", "from-the-environment")
+    p = tmp_path / "c.yaml"
+    entry = {"label": "m", "environment": "math", "source": "x.jsonl"}
+    engine = {"mode": "endpoint", "base_url": "https://u:SENTINEL-pw@h:1/v1"}
+    p.write_text(json.dumps({"entries": [entry], "engine": engine}))
+    with pytest.raises(ConfigError, match=r"c.yaml: engine.base_url: the URL's password"):
+        load_config(p)
+    engine["base_url"] = "https://u:${RP_PW}@h:1/v1"
+    p.write_text(json.dumps({"entries": [entry], "engine": engine}))
+    assert load_config(p).engine.base_url == "https://u:from-the-environment@h:1/v1"

@@ -13,6 +13,7 @@ import pytest
 from harness import shardkit as kit
 from helpers import endpoint_config, snakemake, write_config, write_jsonl
 
+from rewardprof import cli
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -174,21 +175,29 @@ def test_judge_key_and_url_passwords_never_written(tmp_path):
             assert not [s for s in (judge_key, policy_pw, judge_pw) if s.encode() in data], name
 
 
-def test_literal_url_password_stays_out_of_printed_commands(tmp_path):
-    """A password written into engine.base_url itself (not through ${NAME}): the printed shell
-    commands of a dry run name the run directory's config files, which hold the URL masked (the
-    user's config file is outside the workdir: Snakemake's report would embed it,
-    docs/robustness.md)."""
+def test_written_url_password_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """A password written into engine.base_url itself (not as ${NAME}) would reach Snakemake's
+    report, which copies config files whole: the workflow refuses it at parse with one line
+    naming the key and what to write instead, quoting no password, writing nothing."""
     password = f"pw-LITERAL-SENTINEL-{secrets.token_hex(8)}"
     kit.write_source(tmp_path / "wd/data/m.jsonl", 2)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
     cfg = endpoint_config(f"http://rp-user:{password}@127.0.0.1:9/v1", entries)
     config = write_config(tmp_path, cfg)
-    r = snakemake(tmp_path / "wd", "-n", "-p", "--configfile", str(config))
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "rewardprof rollout --config " in r.stdout  # the commands were printed ...
-    assert "--config-json" not in r.stdout  # ... naming config files, no config text
-    assert password not in r.stdout + r.stderr
-    # a dry run writes little (.snakemake's locks and the like): none of it holds the password
+    for args in (("-n", "-p"), ("--report", "report.zip")):
+        r = snakemake(tmp_path / "wd", *args, "--configfile", str(config))
+        assert r.returncode != 0
+        refusal = [line for line in r.stderr.splitlines() if "engine.base_url" in line]
+        assert len(refusal) == 1, r.stderr[-3000:]
+        assert "password is written into the config" in refusal[0]
+        assert "${NAME}" in refusal[0]
+        assert password not in r.stdout + r.stderr
+    assert not (tmp_path / "wd/results").exists() and not (tmp_path / "wd/report.zip").exists()
     written = [p for p in (tmp_path / "wd").rglob("*") if p.is_file()]
     assert not [p for p in written if password.encode() in p.read_bytes()]
+    # the same file given to rewardprof: the same refusal
+    monkeypatch.chdir(tmp_path / "wd")
+    assert cli.main(["validate", "--config", str(config)]) != 0
+    out = capsys.readouterr()
+    assert "engine.base_url: the URL's password is written" in out.err
+    assert password not in out.out + out.err

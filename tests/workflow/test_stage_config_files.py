@@ -14,6 +14,9 @@ from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 pytestmark = pytest.mark.workflow
 
+# the URL's password comes from the environment: a config file may not hold one
+PASSWORD_ENV = {"RP_SWEEP_PW": "pa55word"}
+
 
 def _job_counts(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", stdout, flags=re.M)}
@@ -46,10 +49,10 @@ def test_config_files_rerun_only_their_stages_and_keep_no_password(tmp_path):
     write_jsonl(tmp_path / "data" / "m.jsonl", rows)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
     with FakeOpenAI(scripted({}, default="\\boxed{0}")) as server:
-        url = server.base_url.replace("http://", "http://sweep:pa55word@")
+        url = server.base_url.replace("http://", "http://sweep:${RP_SWEEP_PW}@")
         cfg_dict = endpoint_config(url, entries)
         cfg = write_config(tmp_path, cfg_dict)
-        r = snakemake(tmp_path, "--configfile", str(cfg))
+        r = snakemake(tmp_path, "--configfile", str(cfg), env=PASSWORD_ENV)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         assert server.stats["requests"] > 0
         config_dir = tmp_path / "results/t/config"
@@ -66,7 +69,13 @@ def test_config_files_rerun_only_their_stages_and_keep_no_password(tmp_path):
 
         # a profile key reruns profile, export and report, and no rollout
         r = snakemake(
-            tmp_path, "-n", "--configfile", str(cfg), "--config", "profile={pass_at_k: [1, 2]}"
+            tmp_path,
+            "-n",
+            "--configfile",
+            str(cfg),
+            "--config",
+            "profile={pass_at_k: [1, 2]}",
+            env=PASSWORD_ENV,
         )
         assert r.returncode == 0, r.stderr[-2000:]
         counts = _job_counts(r.stdout)
@@ -75,7 +84,13 @@ def test_config_files_rerun_only_their_stages_and_keep_no_password(tmp_path):
         assert counts["profile"] == 1 and counts["stage_config"] == 3, counts
         # a sampling key reruns the rollouts (their file changed), not materialize
         r = snakemake(
-            tmp_path, "-n", "--configfile", str(cfg), "--config", "sampling={max_tokens: 99}"
+            tmp_path,
+            "-n",
+            "--configfile",
+            str(cfg),
+            "--config",
+            "sampling={max_tokens: 99}",
+            env=PASSWORD_ENV,
         )
         counts = _job_counts(r.stdout)
         assert counts["rollout"] == 2 and counts.get("materialize", 0) == 0, counts

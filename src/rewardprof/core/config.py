@@ -27,7 +27,7 @@ from pydantic import (
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
 from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
-from rewardprof.core.redaction import config_secrets, redact
+from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
 
@@ -115,7 +115,7 @@ class Engine(StrictModel):
     base_url: HttpUrl | None = None
     """Endpoint mode: e.g. http://127.0.0.1:8000/v1. `${NAME}` in it is replaced by that
     environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never written
-    anywhere; a literal password works too, but Snakemake's report embeds the config file)."""
+    anywhere). A password written out is refused: Snakemake's report embeds the config file."""
     served_model_name: str | None = None
     """Model name sent in requests (default: derived from `model`)."""
     api_key_env: str | None = None
@@ -361,7 +361,8 @@ def _options_problems(i: int, entry: Entry) -> list[str]:
 
 
 def load_config(path: str | Path) -> Config:
-    """Load a YAML or JSON config file and validate it."""
+    """Load a YAML or JSON config file and validate it; a URL password written into the file
+    is refused (the file may reach a Snakemake report), `${NAME}` is read from the environment."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -371,7 +372,9 @@ def load_config(path: str | Path) -> Config:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    return validate_config(data or {}, origin=str(p))
+    cfg = validate_config(data or {}, origin=str(p))
+    refuse_written_passwords(data, origin=str(p))
+    return cfg
 
 
 def json_schema() -> dict[str, Any]:

@@ -23,7 +23,8 @@ class StrictModel(BaseModel):
     )
 
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# `${NAME}` in a URL: that environment variable's value (see HttpUrl)
+URL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _http_url(value: str) -> str:
@@ -36,7 +37,7 @@ def _http_url(value: str) -> str:
             raise ValueError(f"environment variable {name} (named in the URL) is not set")
         return urllib.parse.quote(os.environ[name], safe="")
 
-    return _VARIABLE.sub(variable, value).rstrip("/")
+    return URL_VARIABLE.sub(variable, value).rstrip("/")
 
 
 # An OpenAI-compatible base URL (".../v1"); the trailing slash is dropped so paths join cleanly.

@@ -23,6 +23,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+from rewardprof.core.config_types import URL_VARIABLE
 from rewardprof.core.errors import ConfigError
 
 MASK = "[REDACTED]"
@@ -51,28 +52,30 @@ _WALK_MAX_VALUES = 1_000_000
 _WALK_MAX_DEPTH = 64
 
 
-def _walk(data: Any) -> Iterator[tuple[str, Any]]:
-    """(key, value) of every mapping entry in nested dicts and lists (bounded: see above)."""
-    stack: list[tuple[Any, int]] = [(data, 0)]
+def _walk(data: Any) -> Iterator[tuple[str, str, Any]]:
+    """(path, key, value) of every mapping entry in nested dicts and lists, the path written
+    as the error messages name keys (`entries[1].options.base_url`; bounded: see above)."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
     seen = 0
     while stack and seen < _WALK_MAX_VALUES:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         seen += 1
         if depth >= _WALK_MAX_DEPTH:
             continue
         if isinstance(item, dict):
             for k, v in item.items():
-                yield str(k), v
-                stack.append((v, depth + 1))
+                at = f"{path}.{k}" if path else str(k)
+                yield at, str(k), v
+                stack.append((v, depth + 1, at))
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
 
 
 def config_secrets(data: dict[str, Any]) -> list[str]:
     """The secret values a config (as a dict) names: the value of every variable an
     `api_key_env` names (where set), and the userinfo and password of every `base_url`."""
     found: set[str] = set()
-    for key, value in _walk(data):
+    for _, key, value in _walk(data):
         if not isinstance(value, str):
             continue
         if key == "api_key_env" and os.environ.get(value):
@@ -83,6 +86,26 @@ def config_secrets(data: dict[str, Any]) -> list[str]:
                 userinfo = parts.netloc.rpartition("@")[0]
                 found |= {userinfo, parts.password, urllib.parse.unquote(parts.password)}
     return sorted((s for s in found if len(s) >= _MIN_LENGTH), key=len, reverse=True)
+
+
+def refuse_written_passwords(data: Any, origin: str = "config") -> None:
+    """Refuse a config in which a `base_url`'s password is written out rather than named as
+    `${NAME}`: Snakemake copies config files whole into `snakemake --report` and keeps the
+    `--config` values in .snakemake/, where no masking reaches. (The run directory's config
+    files hold the mask, `***@`, which has no password.)"""
+    for path, key, value in _walk(data):
+        if key != "base_url" or not isinstance(value, str):
+            continue
+        try:
+            password = urllib.parse.urlsplit(value).password or ""
+        except ValueError:  # not a URL: the config's validation names the key
+            continue
+        if URL_VARIABLE.sub("", password):
+            raise ConfigError(
+                f"{origin}: {path}: the URL's password is written into the config, and "
+                f"Snakemake copies config files into its report and .snakemake/; write it as "
+                f"${{NAME}} (e.g. https://user:${{MY_PASSWORD}}@host/v1) and export NAME"
+            )
 
 
 def install(secrets: list[str]) -> None:

@@ -62,8 +62,10 @@ def secret_env(cfg: Config) -> dict[str, str]:
 def load_stage_config(path: str | Path) -> Config:
     """A config file of the run directory (or any YAML/JSON config) with the masked
     user:password of its URLs restored from $REWARDPROF_URL_CREDENTIALS."""
-    data = unmask_urls(load_config(path).model_dump(mode="json"), origin=str(path))
-    return validate_config(data, origin=str(path))
+    cfg = load_config(path)
+    data = cfg.model_dump(mode="json")
+    unmasked = unmask_urls(data, origin=str(path))
+    return cfg if unmasked is data else validate_config(unmasked, origin=str(path))
 
 
 def write_stage_config(path: str | Path, text: str, log_path: str | Path) -> None:
