@@ -1,21 +1,26 @@
 """L3 (local): adaptive sampling through the real Snakefile against a scripted endpoint whose
 outcome per rollout is a fixed function of (prompt, seed): off, exact and bayes on the same
 tasks keep the same tasks (bayes: >= 98 %) with fewer rollouts sent, and bayes over 1 and 3
-shards samples the same (task, rollout) pairs. (SIGKILL + rerun of an adaptive shard job:
-tests/faults/test_adaptive_stage.py.)"""
+shards samples the same (task, rollout) pairs, and so does a bayes run whose jobs are killed
+with SIGKILL in its first round and in its adaptive rounds, then rerun. (The same at the
+rollout command's level: tests/faults/test_adaptive_stage.py.)"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
-from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import REPO, endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -33,16 +38,18 @@ def answer(prompt: str, seed: int | None) -> str:
     return f"It is \\boxed{{{i + 1 if right else i + 7}}}."
 
 
-def _run(root: Path, mode: str, num_shards: int = 2) -> int:
-    """The workflow in `root` with adaptive.mode `mode`: rollouts requested."""
+def _config(root: Path, base_url: str, mode: str, num_shards: int) -> Path:
     rows = [math_row(f"What is {i} + 1?", str(i + 1)) for i in range(TASKS)]
     write_jsonl(root / "data/m.jsonl", rows)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}]
+    cfg = endpoint_config(base_url, entries, num_shards=num_shards, adaptive={"mode": mode})
+    return write_config(root, cfg)
+
+
+def _run(root: Path, mode: str, num_shards: int = 2) -> int:
+    """The workflow in `root` with adaptive.mode `mode`: rollouts requested."""
     with FakeOpenAI(answer) as server:
-        cfg = endpoint_config(
-            server.base_url, entries, num_shards=num_shards, adaptive={"mode": mode}
-        )
-        r = snakemake(root, "--configfile", str(write_config(root, cfg)))
+        r = snakemake(root, "--configfile", str(_config(root, server.base_url, mode, num_shards)))
         assert r.returncode == 0, r.stderr[-4000:]
         return server.stats["ok_choices"]
 
@@ -101,3 +108,80 @@ def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
     one, three = runs["bayes1"][0], runs["bayes3"][0]
     assert _pairs(one) == _pairs(three)
     assert _kept(one) == _kept(three)
+
+
+def _asked(requests: list[dict]) -> list[tuple[str, int]]:
+    """(question, seed) of every sample the requests asked for (n samples: seed .. seed+n-1)."""
+    out = []
+    for body in requests:
+        q = re.search(r"What is \d+ \+ 1\?", json.dumps(body["messages"])).group(0)
+        out += [(q, body["seed"] + j) for j in range(int(body.get("n", 1)))]
+    return out
+
+
+def _wait_for(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout  # liveness only: the state is reached by construction
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.NoSuchProcess:  # ended since it was listed: not the job, which waits
+        return ""
+
+
+def _kill_job_at_the_gate(root: Path, config: Path, server: FakeOpenAI, command: str) -> None:
+    """Run the workflow until a request of the job `rewardprof <command>` waits at the
+    server's gate (so the job cannot have finished), SIGKILL that job's processes, and let
+    Snakemake end on the failed job."""
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(root)]
+        + ["--cores", "2", "--configfile", str(config)],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
+    _wait_for(lambda: server.gate_held >= 1, f"a request of {command} to wait at the gate")
+    jobs = [
+        p
+        for p in psutil.Process(controller.pid).children(recursive=True)
+        if f"rewardprof {command} " in _cmdline(p)
+    ]
+    assert jobs, f"no {command} job runs while its request waits"
+    for job in jobs:
+        for proc in [job, *job.children(recursive=True)]:
+            proc.send_signal(signal.SIGKILL)
+    assert controller.wait(timeout=300) != 0  # Snakemake saw its job fail
+    server.hold_after(None)
+
+
+def test_bayes_run_killed_in_each_round_samples_the_same_pairs(runs, tmp_path):
+    """SIGKILL of the first-round job, then of the rounds job after the prior was fitted; each
+    time a rerun: the same (task, rollout) pairs, prior and decisions as the uninterrupted
+    run, and no journaled rollout asked for twice."""
+    reference = runs["bayes1"][0]
+    prior = tmp_path / "results/t/adaptive/prior.json"
+    with FakeOpenAI(answer) as server:
+        config = _config(tmp_path, server.base_url, "bayes", 1)
+        server.hold_after(10)  # the first round: 10 answers, then every request waits
+        _kill_job_at_the_gate(tmp_path, config, server, "adaptive-first-round")
+        assert not prior.exists()
+        # the rerun fits the prior, then its rounds: 3 of their requests answered, then a wait
+        server.hold_after(3, match=lambda body: prior.exists())
+        _kill_job_at_the_gate(tmp_path, config, server, "rollout")
+        assert prior.exists() and not (tmp_path / "results/t/rollouts.parquet").exists()
+        r = snakemake(tmp_path, "--configfile", str(config))
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        asked = _asked(server.requests)
+    assert _pairs(tmp_path) == _pairs(reference)
+    assert _kept(tmp_path) == _kept(reference)
+    assert json.loads(prior.read_text()) == json.loads(
+        (reference / "results/t/adaptive/prior.json").read_text()
+    )
+    # asked for again: at most the samples in flight at each kill (4 requests at a time)
+    # (a rerun that ignored the journal would ask for the first round's 180 samples again)
+    assert len(asked) - len(set(asked)) <= 2 * 4 * K
