@@ -22,6 +22,15 @@ def _job_counts(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", stdout, flags=re.M)}
 
 
+def _dry_run_counts(workdir, config, override: str) -> dict[str, int]:
+    """The jobs a dry run with `--config override` would run, per rule."""
+    r = snakemake(
+        workdir, "-n", "--configfile", str(config), "--config", override, env=PASSWORD_ENV
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return _job_counts(r.stdout)
+
+
 def test_rollout_command_is_short_for_a_50_entry_manifest(tmp_path):
     write_jsonl(tmp_path / "data" / "m.jsonl", [math_row("What is 1 + 1?", "2")])
     entries = [
@@ -68,29 +77,10 @@ def test_config_files_rerun_only_their_stages_and_keep_no_password(tmp_path):
         assert "pa55word" not in r.stdout + r.stderr
 
         # a profile key reruns profile, export and report, and no rollout
-        r = snakemake(
-            tmp_path,
-            "-n",
-            "--configfile",
-            str(cfg),
-            "--config",
-            "profile={pass_at_k: [1, 2]}",
-            env=PASSWORD_ENV,
-        )
-        assert r.returncode == 0, r.stderr[-2000:]
-        counts = _job_counts(r.stdout)
+        counts = _dry_run_counts(tmp_path, cfg, "profile={pass_at_k: [1, 2]}")
         assert counts.get("rollout", 0) == 0 and counts.get("materialize", 0) == 0, counts
         # the config files rewritten: profile, export, full
         assert counts["profile"] == 1 and counts["stage_config"] == 3, counts
         # a sampling key reruns the rollouts (their file changed), not materialize
-        r = snakemake(
-            tmp_path,
-            "-n",
-            "--configfile",
-            str(cfg),
-            "--config",
-            "sampling={max_tokens: 99}",
-            env=PASSWORD_ENV,
-        )
-        counts = _job_counts(r.stdout)
+        counts = _dry_run_counts(tmp_path, cfg, "sampling={max_tokens: 99}")
         assert counts["rollout"] == 2 and counts.get("materialize", 0) == 0, counts

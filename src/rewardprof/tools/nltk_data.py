@@ -37,13 +37,14 @@ def default_dir() -> Path:
     return Path(sys.prefix) / "nltk_data"
 
 
-def download_wheel(dest: Path) -> Path:
+def download_wheel(dest: Path, spec: str = WHEEL, pattern: str = "llama_index_core-*.whl") -> Path:
+    """pip download `spec` (the wheel alone, nothing installed) into `dest`."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    cmd += ["--disable-pip-version-check", "-q", "-d", str(dest), WHEEL]
+    cmd += ["--disable-pip-version-check", "-q", "-d", str(dest), spec]
     subprocess.run(cmd, check=True)
-    wheels = sorted(dest.glob("llama_index_core-*.whl"))
+    wheels = sorted(dest.glob(pattern))
     if not wheels:
-        raise FileNotFoundError(f"pip download {WHEEL} left no wheel in {dest}")
+        raise FileNotFoundError(f"pip download {spec} left no wheel in {dest}")
     return wheels[0]
 
 
@@ -107,7 +108,9 @@ def run_command(args: argparse.Namespace) -> int:
         wheel = args.wheel or download_wheel(Path(tmp))
         lines = unpack(wheel, target)
         if not args.without_tagger:
-            tagger_wheel = args.tagger_wheel or nltk_tagger.download_wheel(Path(tmp))
+            tagger_wheel = args.tagger_wheel or download_wheel(
+                Path(tmp), nltk_tagger.WHEEL, nltk_tagger.WHEEL_GLOB
+            )
             lines.append(nltk_tagger.install(tagger_wheel, target))
     for line in lines:
         print(line)

