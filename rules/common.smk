@@ -13,11 +13,11 @@ from rewardprof.core.run_config import secret_env
 try:
     # values inside a `--config` section come as text (config_settings.config: the --config
     # values only, not the config files'); the config is strict (no "4" -> 4)
-    CFG = validate_config(
-        typed_overrides(config, dict(workflow.config_settings.config)), origin="config"
-    )
-    # Snakemake copies config files whole into `--report`: a URL password must be `${NAME}`
-    refuse_written_passwords(config, origin="config")
+    RAW_CONFIG = typed_overrides(config, dict(workflow.config_settings.config))
+    CFG = validate_config(RAW_CONFIG, origin="config")
+    # Snakemake copies config files whole into `--report` and keeps --config values in
+    # .snakemake/: a URL password must be `${NAME}`
+    refuse_written_passwords(RAW_CONFIG, origin="config")
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 

@@ -184,8 +184,15 @@ def test_written_url_password_is_refused_before_anything_runs(tmp_path, monkeypa
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
     cfg = endpoint_config(f"http://rp-user:{password}@127.0.0.1:9/v1", entries)
     config = write_config(tmp_path, cfg)
-    for args in (("-n", "-p"), ("--report", "report.zip")):
-        r = snakemake(tmp_path / "wd", *args, "--configfile", str(config))
+    # given in the config file, or on Snakemake's command line (kept in .snakemake/)
+    engine = f"engine={{mode: endpoint, model: m, base_url: 'http://u:{password}@127.0.0.1:9/v1'}}"
+    good = write_config(tmp_path / "wd", endpoint_config("http://127.0.0.1:9/v1", entries))
+    for args in (
+        ("-n", "-p", "--configfile", str(config)),
+        ("--report", "report.zip", "--configfile", str(config)),
+        ("-n", "--configfile", str(good), "--config", engine),
+    ):
+        r = snakemake(tmp_path / "wd", *args)
         assert r.returncode != 0
         refusal = [line for line in r.stderr.splitlines() if "engine.base_url" in line]
         assert len(refusal) == 1, r.stderr[-3000:]
