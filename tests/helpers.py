@@ -113,3 +113,14 @@ def write_config(workdir: Path, cfg: dict) -> Path:
     path = workdir / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def wait_for(predicate, what: str, timeout: float = 300) -> None:
+    """Poll until `predicate()` holds. A liveness bound only: the tests reach the state they
+    wait for by construction (a request held at the fake server's gate, a file written)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

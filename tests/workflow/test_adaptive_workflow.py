@@ -14,13 +14,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO, endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import REPO, endpoint_config, math_row, snakemake, wait_for, write_config, write_jsonl
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -119,13 +118,6 @@ def _asked(requests: list[dict]) -> list[tuple[str, int]]:
     return out
 
 
-def _wait_for(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout  # liveness only: the state is reached by construction
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _cmdline(proc: psutil.Process) -> str:
     try:
         return " ".join(proc.cmdline())
@@ -145,7 +137,7 @@ def _kill_job_at_the_gate(root: Path, config: Path, server: FakeOpenAI, command:
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
     )
-    _wait_for(lambda: server.gate_held >= 1, f"a request of {command} to wait at the gate")
+    wait_for(lambda: server.gate_held >= 1, f"a request of {command} to wait at the gate")
     jobs = [
         p
         for p in psutil.Process(controller.pid).children(recursive=True)

@@ -11,23 +11,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from harness import shardkit as kit
-from helpers import endpoint_config, popen_snakemake, write_config
+from helpers import endpoint_config, popen_snakemake, wait_for, write_config
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
-
-
-def _wait_for(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _status(workdir: Path) -> str:
@@ -61,11 +53,11 @@ def test_snakemake_output_shows_the_runs_progress_and_status_follows(tmp_path):
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            _wait_for(
+            wait_for(
                 lambda: any(ln.startswith("rewardprof: rollouts ") for ln in lines),
                 "the run's progress line in Snakemake's output",
             )
-            _wait_for(lambda: server.gate_held >= 1, "a held request")
+            wait_for(lambda: server.gate_held >= 1, "a held request")
             mid = _status(tmp_path)
         finally:
             server.hold_after(None)

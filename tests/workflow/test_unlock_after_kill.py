@@ -8,25 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 from harness import shardkit as kit
-from helpers import REPO, endpoint_config, snakemake, write_config
+from helpers import REPO, endpoint_config, snakemake, wait_for, write_config
 
 from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
-
-
-def _wait_for(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout  # liveness only: the state is reached by construction
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _journaled_ok(journal: Path) -> int:
@@ -53,8 +45,8 @@ def test_sigkill_of_snakemake_needs_unlock_then_continues(tmp_path):
             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
         )
         journal = tmp_path / "results/t/rollouts/journal"
-        _wait_for(lambda: server.gate_held == 1, "the rollout to wait at the gate")
-        _wait_for(lambda: _journaled_ok(journal) == 4, "the 4 answers to be journaled")
+        wait_for(lambda: server.gate_held == 1, "the rollout to wait at the gate")
+        wait_for(lambda: _journaled_ok(journal) == 4, "the 4 answers to be journaled")
         # the whole machine goes: Snakemake and its jobs, all with SIGKILL
         tree = [psutil.Process(controller.pid), *psutil.Process(controller.pid).children(True)]
         for proc in tree:
