@@ -11,6 +11,7 @@ import pickle
 import zipfile
 
 import pytest
+from helpers import require_piece
 
 from rewardprof import cli
 from rewardprof.environments.instruction_checks import NLTK_PATHS, TAGGER, nltk_installed
@@ -111,10 +112,7 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path):
 def test_the_installed_tagger_is_the_pinned_conversion():
     """Where `rewardprof install-nltk-data` ran (make test does, so CI always), the files NLTK
     finds are the ones pinned: the real wheel's pickle, converted by this module."""
-    if not nltk_installed(TAGGER):
-        if os.environ.get("CI") == "true":
-            pytest.fail("NLTK's POS tagger is not installed: run `rewardprof install-nltk-data`")
-        pytest.skip("NLTK's POS tagger is not installed: run `rewardprof install-nltk-data`")
+    require_piece("NLTK's POS tagger", nltk_installed(TAGGER), "run `rewardprof install-nltk-data`")
     import nltk
 
     folder = nltk.data.find(NLTK_PATHS[TAGGER])

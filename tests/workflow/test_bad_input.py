@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from helpers import endpoint_config, snakemake, write_config
+from helpers import endpoint_config, require_piece, snakemake, write_config
 
 from rewardprof.environments.instruction_checks import PUNKT, nltk_installed
 from rewardprof.testing.fake_server import FakeOpenAI
@@ -257,10 +257,8 @@ if os.environ.get("RP_TEST_NLTK_DATA_ONLY"):
 def _nltk_data_without_the_tagger(tmp_path: Path) -> dict[str, str]:
     """The environment of a run on a machine whose NLTK data has punkt_tab and stopwords (the
     ones installed here) and no POS tagger."""
-    if not nltk_installed(PUNKT):  # the row's other resource: it must not be the one missing
-        if os.environ.get("CI") == "true":
-            pytest.fail("NLTK's punkt_tab is not installed: run `rewardprof install-nltk-data`")
-        pytest.skip("NLTK's punkt_tab is not installed: run `rewardprof install-nltk-data`")
+    # the row's other resource: it must not be the one missing
+    require_piece("NLTK's punkt_tab", nltk_installed(PUNKT), "run `rewardprof install-nltk-data`")
     import nltk
 
     data = tmp_path / "nltk_data_without_tagger"

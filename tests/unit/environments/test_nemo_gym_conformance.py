@@ -12,10 +12,10 @@ absence fails.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from helpers import require_piece
 
 from rewardprof.environments import make_environment
 from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
@@ -51,10 +51,7 @@ def _recorded(record: dict) -> float:
 @pytest.fixture(scope="module", autouse=True)
 def nltk_data():
     missing = [r for r in (PUNKT, STOPWORDS, TAGGER) if not nltk_installed(r)]
-    if missing and os.environ.get("CI") == "true":
-        pytest.fail(f"NLTK data {missing} not installed: run `rewardprof install-nltk-data`")
-    if missing:
-        pytest.skip(f"NLTK data {missing} not installed: run `rewardprof install-nltk-data`")
+    require_piece(f"NLTK data {missing}", not missing, "run `rewardprof install-nltk-data`")
 
 
 LOAD_CASES = [
