@@ -53,7 +53,6 @@ import base64
 import contextlib
 import email.utils
 import json
-import socket
 import threading
 import time
 from collections import Counter, deque
@@ -64,6 +63,7 @@ from typing import Any
 from aiohttp import web
 
 from rewardprof.testing.hostile_replies import MANGLE, RAW
+from rewardprof.testing.openai_http import BackgroundServer, chat_completion, request_prompt
 
 AnswerFn = Callable[[str, int | None], str]
 
@@ -72,7 +72,7 @@ def _default_answer(prompt: str, seed: int | None) -> str:
     return "I am not sure."
 
 
-class FakeOpenAI:
+class FakeOpenAI(BackgroundServer):
     def __init__(
         self,
         answer: AnswerFn = _default_answer,
@@ -87,7 +87,8 @@ class FakeOpenAI:
         echo_key: bool = False,
         basic_auth: tuple[str, str] | None = None,
     ):
-        self.answer, self.model, self.host, self.port = answer, model, host, port
+        super().__init__(host, port)
+        self.answer, self.model = answer, model
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
         self.api_key, self.echo_key = api_key, echo_key
@@ -99,63 +100,22 @@ class FakeOpenAI:
         self.stats: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
         self.request_times: list[float] = []  # time.monotonic() at each chat request
-        self._closing: asyncio.Event | None = None
         self._released: asyncio.Event | None = None
         self._gate: _Gate | None = None
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle -------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    def start(self) -> FakeOpenAI:
-        if not self.port:
-            with socket.socket() as s:
-                s.bind((self.host, 0))
-                self.port = s.getsockname()[1]
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("fake server did not start")
-        return self
-
-    def _serve(self, ready: threading.Event) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        self._closing = asyncio.Event()
+    # --- lifecycle (BackgroundServer: start, stop, base_url, with) ---------------------------
+    def on_loop(self) -> None:
         self._released = asyncio.Event()
-        app = web.Application()
+
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        self._loop.run_until_complete(site.start())
-        ready.set()
-        self._loop.run_forever()
-
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-        # hanging handlers end now instead of holding the shutdown
-        self._loop.call_soon_threadsafe(self._closing.set)
-        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-        fut.result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread:
-            self._thread.join(10)
-        self._loop = None
 
     def release(self) -> None:
         """Let every request held by a `hold` fault (now or later) be served."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._released.set)
+        self.call_in_loop(self._released.set)
 
     def hold_after(self, m: int | None, match: Callable[[dict], bool] | None = None) -> None:
         """Arm a new gate: the next `m` requests that get an answer are served, every later
@@ -165,8 +125,8 @@ class FakeOpenAI:
         (served; a killed client's connection is gone, which the server shrugs off)."""
         with self._lock:
             old, self._gate = self._gate, (None if m is None else _Gate(m, match))
-        if old is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(old.opened.set)
+        if old is not None:
+            self.call_in_loop(old.opened.set)
 
     @property
     def gate_served(self) -> int:
@@ -195,7 +155,7 @@ class FakeOpenAI:
                     return
                 gate.held += 1
                 break
-        done = [asyncio.ensure_future(e.wait()) for e in (gate.opened, self._closing)]
+        done = [asyncio.ensure_future(e.wait()) for e in (gate.opened, self.closing)]
         try:
             await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -203,12 +163,6 @@ class FakeOpenAI:
                 task.cancel()
             with self._lock:
                 gate.held -= 1
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- handlers --------------------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
@@ -268,10 +222,10 @@ class FakeOpenAI:
     def _completion(self, body: dict, fault: str | None) -> dict:
         n = int(body.get("n", 1))
         seed = body.get("seed")
-        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        prompt = request_prompt(body)
         if fault == "fewer":
             n = max(0, n - 1)
-        choices, total = [], 0
+        choices = []
         for j in range(n):
             text = self.answer(prompt, None if seed is None else seed + j)
             finish = "stop"
@@ -280,29 +234,13 @@ class FakeOpenAI:
             if fault == "length" or (max_tokens and len(tokens) > max_tokens):
                 tokens = tokens[: max_tokens or len(tokens)]
                 text, finish = " ".join(tokens), "length"
-            total += len(tokens)
-            choice = {
-                "index": j,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish,
-            }
-            if self.return_token_ids and body.get("return_token_ids"):  # as vLLM: if asked
-                choice["token_ids"] = list(range(len(tokens)))
-            choices.append(choice)
+            choices.append((text, finish, len(tokens)))
         with self._lock:
             self.stats["ok_requests"] += 1
             self.stats["ok_choices"] += len(choices)
-        payload = {
-            "id": f"cmpl-{time.monotonic_ns()}",
-            "object": "chat.completion",
-            "model": self.model,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": len(prompt.split()),
-                "completion_tokens": total,
-                "total_tokens": total + len(prompt.split()),
-            },
-        }
+        # as vLLM: token ids only if asked
+        ids = self.return_token_ids and bool(body.get("return_token_ids"))
+        payload = chat_completion(self.model, choices, len(prompt.split()), ids)
         if fault in MANGLE:
             MANGLE[fault](payload)
         return payload
@@ -329,7 +267,7 @@ class FakeOpenAI:
         if kind == "hang":
             # the hang ends after its time (or at stop()); nobody is waiting for the answer
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), float(arg) if arg else self.hang_s)
+                await asyncio.wait_for(self.closing.wait(), float(arg) if arg else self.hang_s)
             return web.json_response({"error": {"message": "hung"}}, status=500)
         if kind == "garbage":
             return web.Response(text='{"choices": [ {"mess', content_type="application/json")
@@ -341,7 +279,7 @@ class FakeOpenAI:
             request.transport.close()
             return resp
         if kind == "hold":
-            done = [asyncio.ensure_future(e.wait()) for e in (self._released, self._closing)]
+            done = [asyncio.ensure_future(e.wait()) for e in (self._released, self.closing)]
             _, pending = await asyncio.wait(done, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
