@@ -145,6 +145,14 @@ class Engine(StrictModel):
     """Where builtin models are converted to (<dir>/<name>)."""
     stop_grace_s: PositiveFloat = 20
     """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
+    nodes: PositiveInt = 1
+    """Serve mode: nodes one vLLM replica spans (a model larger than a node; the tensor and
+    pipeline parallel sizes stay in serve_args). Over 1, the rollout job runs in a Slurm
+    allocation of nodes x replicas nodes and starts each node's part with srun, through vLLM's
+    own multi-node launch (--nnodes/--node-rank/--master-addr, --headless off the head)."""
+    replicas: PositiveInt = 1
+    """Serve mode: independent vLLM replicas the rollout job starts in its Slurm allocation
+    (with nodes 1: one per node, several per node when there are more replicas than nodes)."""
 
 
 class Rollout(StrictModel, RetryOptions):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rewardprof.core.config import Config
 from rewardprof.core.redaction import public_url
+from rewardprof.engine.multinode import serve_nodes
 from rewardprof.engine.preflight import api_key_from_env, check_endpoint
 from rewardprof.engine.server import EngineError, serve
 
@@ -45,6 +46,12 @@ def engine_session(cfg: Config, log_path: str | Path | None = None) -> Iterator[
             api_key_from_env(cfg),
             identity=f"endpoint:{public_url(cfg.engine.base_url)}",
         )
+        return
+    if cfg.engine.nodes > 1 or cfg.engine.replicas > 1:
+        with serve_nodes(cfg, log_path or "engine-multinode.log") as nodes:
+            if len(nodes.base_urls) > 1:
+                raise EngineError("engine.replicas > 1 needs the balancing client (endpoints)")
+            yield Endpoint(nodes.base_urls[0], cfg.model_name, None, identity=nodes.identity)
         return
     with serve(cfg, log_path) as server:
         yield Endpoint(server.base_url, cfg.model_name, None, identity=server.identity)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -105,6 +106,7 @@ class SimEngine(BackgroundServer):
         self._ids = itertools.count()
         self._wake: asyncio.Event | None = None
         self._written = 0.0
+        self.ready_when = lambda: True  # e.g. the vLLM stand-in's head: all nodes joined
 
     # ---- clock -------------------------------------------------------------------------------
     def sim_now(self) -> float:
@@ -134,12 +136,12 @@ class SimEngine(BackgroundServer):
 
     @property
     def loaded(self) -> bool:
-        return self.sim_now() >= self.settings.load_s
+        return self.sim_now() >= self.settings.load_s and self.ready_when()
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text="ok" if self.loaded else "loading", status=200 if self.loaded else 503
-        )
+        if self.loaded:
+            return web.Response()  # as vLLM: 200 with an empty body
+        return web.Response(text="loading the (simulated) model", status=503)
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": name, "object": "model"} for name in self.settings.model_names]
@@ -217,14 +219,11 @@ class SimEngine(BackgroundServer):
             if self.model.running and time.monotonic() - self._written > 1.0:
                 self.write_stats()
             nxt = self.model.next_event()
-            real = (
-                0.5 if nxt is None else max(0.0, (nxt - self.model.now) / self.settings.time_scale)
-            )
+            scale = self.settings.time_scale
+            real = 0.5 if nxt is None else max(0.0, (nxt - self.model.now) / scale)
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):  # the next sequence finishes: run again
                 await asyncio.wait_for(self._wake.wait(), min(real, 0.5))
-            except TimeoutError:
-                pass
 
     # ---- what it measured --------------------------------------------------------------------
     def stats(self) -> dict:

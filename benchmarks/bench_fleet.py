@@ -1,0 +1,270 @@
+"""GPU busyness of one engine per shard job vs a shared fleet, on the simulated engine.
+
+    python benchmarks/bench_fleet.py                 # 4 replicas, fixed K and bayes, (a) and (b),
+                                                     # then fleet throughput at 1, 2, 4 replicas
+    python benchmarks/bench_fleet.py --small         # smoke size: one result line
+
+Runs the real workflow (snakemake with the project's Snakefile, `--cores`, the default workflow
+profile) on math tasks `What is a + b?` against rewardprof.testing.sim_engine (continuous
+batching, simulated time; nothing here is a GPU measurement):
+
+* (a) per-shard: serve mode as today, one engine per rollout job: `engine.python` is the vLLM
+  stand-in (rewardprof.testing.vllm_standin), so each of the 4 shard jobs starts, health-checks
+  and stops its own simulated replica.
+* (b) fleet: the 4 replicas started once (`python -m rewardprof.testing.sim_engine --replicas
+  4 --endpoints-file F`), every shard job a client of all of them (endpoint mode,
+  `engine.endpoints_file: F`).
+
+Unequal shards: shard 0 of 4 holds the tasks whose prompt asks to show every step, which the
+simulated engine answers 3x longer (`--length-factor`). Both shapes see the same prompts and
+seeds, so they must produce the same rewards per (task, rollout), which is checked.
+
+Reported per case, from the replicas' own counters (simulated seconds): slot utilization =
+busy slot-seconds / (replicas x max_num_seqs x window), the window running from the first
+request any replica got to the last replica going idle (the tail included); rollouts per
+replica-hour over that window; the spread between the first and the last replica going idle.
+Scaling: the fleet on the same workload with 1, 2 and 4 replicas (the time scale is raised as
+replicas are removed, so the client sees the same real request rate: simulated time is
+independent of it); throughput relative to 4x / 2x the 1-replica throughput.
+Targets (issue: acceptance 1): fleet utilization >= 0.85, fleet / per-shard rollouts per
+replica-hour >= 1.5 on the unequal case, scaling >= 0.9 of linear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synth import default_out  # noqa: E402
+
+from rewardprof.testing.vllm_standin import SIM_ARGS_ENV, write_standin_python  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+LONG = "Show every step."  # the prompts the simulated engine answers 3x longer
+MODEL = "sim-model"
+
+
+def write_tasks(path: Path, tasks: int, shards: int) -> None:
+    """Task i lands in shard i % shards; shard 0's tasks are the long ones."""
+    with path.open("w") as f:
+        for i in range(tasks):
+            a, b = 17 * i + 3, 29 * i + 11
+            long = LONG + " " if i % shards == 0 else ""
+            f.write(
+                json.dumps({"question": f"{long}What is {a} + {b}?", "expected_answer": str(a + b)})
+                + "\n"
+            )
+
+
+def sim_args(args, scale: float, stats: Path) -> list[str]:
+    return [
+        "--time-scale", str(scale),
+        "--median-tokens", str(args.median_tokens),
+        "--step-base-s", str(args.step_base_s),
+        "--step-per-seq-s", str(args.step_per_seq_s),
+        "--length-factor", f"{LONG}=3",
+        "--stats-dir", str(stats),
+    ]  # fmt: skip
+
+
+def config(args, work: Path, shape: str, mode: str, scale: float, stats: Path) -> dict:
+    cfg = {
+        "run": f"{shape}-{mode}",
+        "num_shards": args.shards,
+        "entries": [
+            {
+                "label": "math",
+                "environment": "math",
+                "source": str(work / "tasks.jsonl"),
+                "num_repeats": args.k,
+            }
+        ],
+        "sampling": {"temperature": 1.0, "max_tokens": args.max_tokens, "seed": 0},
+        "rollout": {"concurrency": args.concurrency, "verify_workers": 1},
+        "adaptive": {"mode": "off" if mode == "fixed" else "bayes"},
+    }
+    if shape == "per-shard":
+        cfg["engine"] = {
+            "mode": "serve",
+            "model": MODEL,
+            "python": str(write_standin_python(work / "standin")),
+            "serve_args": ["--max-num-seqs", str(args.max_num_seqs)],
+            "serve_env": {SIM_ARGS_ENV: shlex.join(sim_args(args, scale, stats))},
+            "stop_grace_s": 5,
+        }
+    else:
+        cfg["engine"] = {
+            "mode": "endpoint",
+            "model": MODEL,
+            "endpoints_file": str(work / "fleet" / "endpoints.json"),
+            "replica_capacity": args.max_num_seqs,
+        }
+    return cfg
+
+
+def start_fleet(args, work: Path, replicas: int, scale: float, stats: Path):
+    endpoints = work / "fleet" / "endpoints.json"
+    endpoints.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, "-m", "rewardprof.testing.sim_engine",
+        "--replicas", str(replicas), "--max-num-seqs", str(args.max_num_seqs),
+        "--model", MODEL, "--endpoints-file", str(endpoints), *sim_args(args, scale, stats),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("serving"):
+        raise SystemExit(f"fleet did not start: {line!r}")
+    return proc
+
+
+def run_case(args, shape: str, mode: str, replicas: int) -> dict:
+    scale = args.time_scale * args.replicas / replicas
+    work = default_out("fleet") / f"{shape}-{mode}-{replicas}"
+    shutil.rmtree(work, ignore_errors=True)
+    stats = work / "stats"
+    stats.mkdir(parents=True)
+    write_tasks(work / "tasks.jsonl", args.tasks, args.shards)
+    cfg_path = work / "bench.yaml"
+    cfg_path.write_text(yaml.safe_dump(config(args, work, shape, mode, scale, stats)))
+    fleet = start_fleet(args, work, replicas, scale, stats) if shape == "fleet" else None
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    cmd = [
+        "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "8",
+        "--resources", f"engine_slots={args.shards}", "--configfile", str(cfg_path),
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
+    finally:
+        if fleet is not None:
+            fleet.send_signal(signal.SIGTERM)
+            fleet.wait(30)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{shape}/{mode}: snakemake failed:\n{proc.stderr[-4000:]}")
+    reps = [json.loads(p.read_text()) for p in sorted(stats.glob("replica-*.json"))]
+    if len(reps) != replicas:
+        raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {replicas}")
+    rollouts = pd.read_parquet(work / f"results/{shape}-{mode}/rollouts.parquet")
+    return summarize(args, shape, mode, replicas, reps, rollouts, wall)
+
+
+def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
+    sc = reps[0]["time_scale"]
+    start = min(r["first_busy_unix"] for r in reps)
+    idle = [r["last_idle_unix"] for r in reps]
+    window = (max(idle) - start) * sc  # simulated seconds
+    busy = sum(r["busy_slot_s"] for r in reps)
+    ok = int((rollouts["status"] == "ok").sum())
+    return {
+        "shape": shape,
+        "mode": mode,
+        "replicas": replicas,
+        "utilization": busy / (replicas * args.max_num_seqs * window),
+        "per_replica_hour": ok / (replicas * window / 3600),
+        "throughput_per_h": ok / (window / 3600),
+        "idle_spread_s": (max(idle) - min(idle)) * sc,
+        "window_s": window,
+        "rollouts": ok,
+        "failed": int(len(rollouts) - ok),
+        "peak_running": max(r["peak_running"] for r in reps),
+        "wall_s": wall,
+        "rewards": rollouts.set_index(["task_index", "rollout_index"])["reward"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for flag, kind, default in (
+        ("--replicas", int, 4),
+        ("--shards", int, 4),
+        ("--tasks", int, 240),
+        ("--k", int, 8),
+        ("--max-num-seqs", int, 64),
+        ("--time-scale", float, 20.0),
+        ("--median-tokens", float, 1500.0),
+        ("--max-tokens", int, 16384),
+        ("--step-base-s", float, 0.03),
+        ("--step-per-seq-s", float, 0.0005),
+        ("--concurrency", int, 64),
+    ):
+        ap.add_argument(flag, type=kind, default=default)
+    ap.add_argument("--modes", default="fixed,bayes")
+    ap.add_argument("--shapes", default="per-shard,fleet")
+    ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--small", action="store_true", help="smoke size: one result line")
+    args = ap.parse_args()
+    if args.small:
+        args.replicas = args.shards = 2
+        args.tasks, args.k, args.time_scale, args.median_tokens = 12, 4, 120.0, 400.0
+        args.modes, args.no_scaling = "fixed", True
+    results = []
+    for mode in args.modes.split(","):
+        for shape in args.shapes.split(","):
+            results.append(run_case(args, shape, mode, args.replicas))
+    by = {(r["shape"], r["mode"], r["replicas"]): r for r in results}
+    for mode in args.modes.split(","):
+        pair = [by.get((s, mode, args.replicas)) for s in ("per-shard", "fleet")]
+        if all(pair) and not pair[0]["rewards"].equals(pair[1]["rewards"]):
+            raise SystemExit(f"{mode}: per-shard and fleet rewards differ")
+    if not args.no_scaling:
+        mode = args.modes.split(",")[0]
+        for n in (1, 2):
+            if n < args.replicas:
+                results.append(run_case(args, "fleet", mode, n))
+    report(args, results)
+
+
+def report(args, results: list[dict]) -> None:
+    one = {r["mode"]: r for r in results if r["shape"] == "fleet" and r["replicas"] == 1}
+    if not args.small:
+        print(
+            "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
+            "first-to-last idle (sim s) | window (sim s) | rollouts | peak batch | wall (s) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in results:
+            print(
+                f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
+                f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
+                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} |"
+            )
+        print()
+    parts = []
+    for mode in args.modes.split(","):
+        cases = {
+            r["shape"]: r for r in results if r["mode"] == mode and r["replicas"] == args.replicas
+        }
+        a, b = cases.get("per-shard"), cases.get("fleet")
+        if a and b:
+            gain = b["per_replica_hour"] / a["per_replica_hour"]
+            parts.append(
+                f"{mode}: utilization per-shard {a['utilization']:.2f} fleet "
+                f"{b['utilization']:.2f}, rollouts/replica-h fleet/per-shard {gain:.2f}x, "
+                f"idle spread {a['idle_spread_s']:.0f} -> {b['idle_spread_s']:.0f} sim s"
+            )
+    for mode, base in one.items():
+        for r in results:
+            if r["shape"] == "fleet" and r["mode"] == mode and r["replicas"] > 1:
+                eff = r["throughput_per_h"] / (r["replicas"] * base["throughput_per_h"])
+                parts.append(f"scaling 1->{r['replicas']}: {eff:.2f} of linear")
+    print(
+        f"fleet: {args.replicas} simulated replicas x {args.max_num_seqs} slots; "
+        + "; ".join(parts)
+    )
+
+
+if __name__ == "__main__":
+    main()
