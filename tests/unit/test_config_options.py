@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
 from rewardprof.environments import BUILTIN, get_environment_class
+from rewardprof.manifest.load import validate_config
 
 JUDGE = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
 # options every built-in accepts as they are (llm_judge needs its endpoint)
