@@ -10,7 +10,7 @@ import subprocess
 
 from engine_helpers import base_config, require
 
-from rewardprof.core.config import validate_config
+from rewardprof.manifest.load import validate_config
 from rewardprof.engine.model import engine_python
 from rewardprof.engine.multinode import plan
 from rewardprof.engine.server import EngineError, probe_engine

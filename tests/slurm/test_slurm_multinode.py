@@ -30,7 +30,7 @@ JOB = """#!{python}
 import json, sys, time, urllib.request
 from pathlib import Path
 import yaml
-from rewardprof.core.config import validate_config
+from rewardprof.manifest.load import validate_config
 from rewardprof.engine.multinode import serve_nodes
 
 out = Path(sys.argv[1])
