@@ -142,7 +142,9 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = [
         "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "8",
-        "--resources", f"engine_slots={args.shards}", "--configfile", str(cfg_path),
+        "--resources", f"engine_slots={args.shards}",
+        f"results/{shape}-{mode}/rollouts.parquet",  # up to merge: profile is not measured here
+        "--configfile", str(cfg_path),
     ]  # fmt: skip
     t0 = time.monotonic()
     try:
