@@ -141,9 +141,9 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
     fleet = start_fleet(args, work, replicas, scale, stats) if shape == "fleet" else None
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = [
-        "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--cores", "8",
-        "--resources", f"engine_slots={args.shards}",
+        "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work),
         f"results/{shape}-{mode}/rollouts.parquet",  # up to merge: profile is not measured here
+        "--cores", "8", "--resources", f"engine_slots={args.shards}",
         "--configfile", str(cfg_path),
     ]  # fmt: skip
     t0 = time.monotonic()
