@@ -10,10 +10,10 @@ import subprocess
 
 from engine_helpers import base_config, require
 
-from rewardprof.manifest.load import validate_config
 from rewardprof.engine.model import engine_python
 from rewardprof.engine.multinode import plan
 from rewardprof.engine.server import EngineError, probe_engine
+from rewardprof.manifest.load import validate_config
 
 PARSE = """
 import json, sys
@@ -62,7 +62,7 @@ def test_generated_multinode_lines_parse_with_the_installed_vllm():
     for s in steps:
         assert s.argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
     lines = [s.argv[4:] for s in steps]
-    misspelt = [*lines[1][:-1], "--headles"]
+    misspelt = [*lines[1][:-1], "--headless-worker"]  # no such flag (nor a prefix of one)
     proc = subprocess.run(
         [python, "-c", PARSE], input=json.dumps([*lines, misspelt]), capture_output=True,
         text=True, timeout=600,
