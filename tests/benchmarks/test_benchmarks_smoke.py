@@ -46,3 +46,11 @@ def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> 
 def test_benchmark_runs_and_prints_its_result(script, prefix, tmp_path):
     line = run_bench(script, tmp_path)
     assert line.startswith(prefix), line
+
+
+def test_bench_fleet_runs_both_shapes_through_the_workflow(tmp_path):
+    """Two shard jobs with an engine each, then the same tasks on a 2-replica fleet: the
+    workflow completes both ways with identical rewards (the script checks) and reports."""
+    line = run_bench("bench_fleet.py", tmp_path, timeout=1200)
+    assert line.startswith("fleet: 2 simulated replicas x 64 slots; fixed: utilization"), line
+    assert "rollouts/replica-h fleet/per-shard" in line
