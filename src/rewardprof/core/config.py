@@ -112,10 +112,26 @@ class Engine(StrictModel):
     """serve: start vLLM inside the rollout job; endpoint: use base_url."""
     model: str = "builtin:smollm2-135m"
     """builtin:<name>, or a model path/name for vLLM."""
-    base_url: HttpUrl | None = None
-    """Endpoint mode: e.g. http://127.0.0.1:8000/v1. `${NAME}` in it is replaced by that
-    environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never written
-    anywhere). A password written out is refused: Snakemake's report embeds the config file."""
+    base_url: HttpUrl | list[HttpUrl] | None = None
+    """Endpoint mode: e.g. http://127.0.0.1:8000/v1, or a list of URLs that all serve the same
+    model (replicas: balanced by requests in flight, docs/engine.md). `${NAME}` in it is replaced
+    by that environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never
+    written anywhere). A password written out is refused: Snakemake's report embeds the config
+    file."""
+    endpoints_file: str | None = None
+    """Endpoint mode, instead of base_url: a JSON file `{"endpoints": [URL, ...]}` of replicas
+    serving the same model, e.g. results/<run>/fleet/endpoints.json written by `rewardprof fleet`;
+    re-read while the job runs (when it changes). The job waits engine.startup_timeout_s for a
+    first endpoint."""
+    replica_capacity: PositiveInt | None = None
+    """Most sequences (a request for n samples counts n) in flight on one replica: the server's
+    max_num_seqs. null: the --max-num-seqs of serve_args, else 256 (vLLM's default)."""
+    health_interval_s: PositiveFloat = 2.0
+    """Several replicas: seconds between /health probes of each replica (a replica out is taken
+    back once it answers)."""
+    replica_failures_out: PositiveInt = 3
+    """Several replicas: consecutive failed attempts (5xx, timeouts) that take a replica out; a
+    connection refused or cut takes it out at once."""
     served_model_name: str | None = None
     """Model name sent in requests (default: derived from `model`)."""
     api_key_env: str | None = None
@@ -145,6 +161,21 @@ class Engine(StrictModel):
     """Where builtin models are converted to (<dir>/<name>)."""
     stop_grace_s: PositiveFloat = 20
     """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
+
+
+class Fleet(StrictModel):
+    """A shared engine fleet for a sweep (`rewardprof fleet start|stop|status`, docs/engine.md):
+    replicas of `engine`'s serve-mode server, their endpoints published in
+    results/<run>/fleet/endpoints.json for rollout jobs in endpoint mode."""
+
+    replicas: PositiveInt = 2
+    """vLLM servers the fleet runs (each one `engine.serve_args` shape)."""
+    launcher: Literal["local", "slurm"] = "local"
+    """local: background processes on this machine; slurm: one long-lived sbatch job."""
+    sbatch_args: list[str] = Field(default_factory=list)
+    """launcher slurm: extra sbatch arguments (partition, --gres, --time, ...)."""
+    restarts: Annotated[int, Field(ge=0)] = 2
+    """Times a replica that died is started again before the fleet runs without it."""
 
 
 class Rollout(StrictModel, RetryOptions):
@@ -262,6 +293,8 @@ class Config(StrictModel):
     """See below."""
     adaptive: Adaptive = Field(default_factory=Adaptive)
     """See below."""
+    fleet: Fleet = Field(default_factory=Fleet)
+    """See below."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -270,8 +303,14 @@ class Config(StrictModel):
             if e.label in seen:
                 raise ValueError(f"entries[{i}].label: duplicate label {e.label!r}")
             seen.add(e.label)
-        if self.engine.mode == "endpoint" and not self.engine.base_url:
-            raise ValueError("engine.base_url: required when engine.mode is 'endpoint'")
+        if self.engine.mode == "endpoint":
+            if not self.engine.base_url and not self.engine.endpoints_file:
+                raise ValueError(
+                    "engine.base_url: required when engine.mode is 'endpoint' (or give "
+                    "engine.endpoints_file)"
+                )
+            if self.engine.base_url and self.engine.endpoints_file:
+                raise ValueError("engine.endpoints_file: give it or engine.base_url, not both")
         share = self.export.target_share
         if share:
             unknown = sorted(set(share) - seen)
