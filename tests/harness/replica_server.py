@@ -1,0 +1,36 @@
+"""One engine replica as its own process (SIGKILL-able): the fake server answering with the
+test policy (harness/shardkit.answer: quotes the question and its seed, wrong when seed % 3 ==
+0), optionally holding every answer after the first M at its gate.
+
+    python tests/harness/replica_server.py --port P [--hold-after M]
+
+`GET /fake/stats` reports `gate_held` (rewardprof.testing.fake_server)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `harness` when run as a script
+
+from harness.shardkit import MODEL, answer  # noqa: E402
+from rewardprof.testing.fake_server import FakeOpenAI  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--hold-after", type=int)
+    p.add_argument("--latency", type=float, default=0.0)
+    args = p.parse_args()
+    server = FakeOpenAI(answer, model=MODEL, port=args.port, latency_s=args.latency).start()
+    if args.hold_after is not None:
+        server.hold_after(args.hold_after)
+    print(f"serving {server.base_url}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
