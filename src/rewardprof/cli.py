@@ -33,7 +33,7 @@ from rewardprof.core.run_config import load_stage_config
 from rewardprof.engine import model
 from rewardprof.engine.preflight import check_sources
 from rewardprof.stages import StagePaths, add_path_arguments
-from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
+from rewardprof.tools import check, estimate, fleet, launch, nltk_data, slurm_config, status
 
 
 class Command(NamedTuple):
@@ -332,6 +332,15 @@ COMMANDS: tuple[Command, ...] = (
         "verify the invariants of a run directory (read-only)",
         check.add_arguments,
         check.run_command,
+    ),
+    Command(
+        "fleet",
+        "start, stop or show the engine fleet a sweep's rollout jobs share",
+        fleet.add_arguments,
+        fleet.run_command,
+        description="A shared engine fleet: start runs fleet.replicas servers (locally or as "
+        "one Slurm job) and publishes them in results/<run>/fleet/endpoints.json for rollout "
+        "jobs with engine.endpoints_file; stop ends it (docs/engine.md).",
     ),
     Command(
         "status",

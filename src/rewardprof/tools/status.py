@@ -3,9 +3,9 @@
 Per shard and overall: rollouts collected of those expected, rollouts/s, tokens/s, ETA,
 failures by kind, and which shards stopped (with their last error). Counts come from the
 journal (read-only: key columns only, no lock taken, so running jobs are never disturbed); the
-state, rates and errors from each rollout job's heartbeat (with several engine replicas, also
-each replica's state, requests in flight, done and errors as the jobs see them) (`rollouts/status/<i>-of-<n>.json`,
-stages/rollout/heartbeat.py). `--watch` redraws it every few seconds.
+state, rates and errors from each rollout job's heartbeat (`rollouts/status/<i>-of-<n>.json`,
+stages/rollout/heartbeat.py): with several engine replicas, also each replica's state,
+requests in flight, done and errors as the jobs see them. `--watch` redraws it every few seconds.
 """
 
 from __future__ import annotations
