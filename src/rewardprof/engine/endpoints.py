@@ -21,6 +21,7 @@ from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config, ConfigError
+from rewardprof.engine.preflight import EndpointUnavailable, check_replica
 
 
 class EndpointsFileError(ConfigError):
@@ -122,8 +123,6 @@ def health_url(base_url: str) -> str:
 def wait_for_fleet(cfg: Config, poll_s: float = 1.0) -> list[str]:
     """The endpoints file's URLs once one of them serves the model (preflight.check_replica),
     waiting up to engine.startup_timeout_s for the fleet to publish it."""
-    from rewardprof.engine.preflight import EndpointUnavailable, check_replica
-
     path = Path(cfg.engine.endpoints_file or "")
     deadline = time.monotonic() + cfg.engine.startup_timeout_s
     why = ""

@@ -222,7 +222,11 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["start", "serve", "stop", "status"])
+    p.add_argument(
+        "action",
+        choices=["start", "serve", "stop", "status"],
+        help="start the fleet in the background, serve it in the foreground, stop it, show it",
+    )
     p.add_argument("run_dir", nargs="?", help="stop/status: the run directory, results/<run>")
     p.add_argument("--config", help="start/serve: the sweep's config (engine and fleet sections)")
     p.add_argument("--run-dir", dest="run_dir_opt", help="start/serve: default results/<run>")
