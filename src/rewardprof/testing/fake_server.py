@@ -39,10 +39,6 @@ cannot finish before it is killed, however fast the machine):
 Only requests about to be answered pass the gate: a request answered with a fault (500, ...)
 does not count, so retries cannot use up the served answers.
 
-As a process (`python -m rewardprof.testing.fake_server --port P --answers a.json [--by-seed]
-[--hold-after M]`), `GET /fake/stats` gives the counters and the gate (`gate_held`): a test can
-SIGKILL it once requests are held there.
-
 `api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
 `echo_key=True` the 401 body quotes the key it got, like some providers do); `basic_auth=
 (user, password)` demands HTTP Basic auth instead (a base URL with user:password). `request_times`
@@ -67,16 +63,19 @@ from typing import Any
 
 from aiohttp import web
 
-from rewardprof.testing.answers import AnswerFn, by_seed, default_answer, scripted
 from rewardprof.testing.hostile_replies import MANGLE, RAW
 
-__all__ = ["AnswerFn", "FakeOpenAI", "by_seed", "scripted"]
+AnswerFn = Callable[[str, int | None], str]
+
+
+def _default_answer(prompt: str, seed: int | None) -> str:
+    return "I am not sure."
 
 
 class FakeOpenAI:
     def __init__(
         self,
-        answer: AnswerFn = default_answer,
+        answer: AnswerFn = _default_answer,
         model: str = "fake-model",
         host: str = "127.0.0.1",
         port: int = 0,
@@ -132,7 +131,6 @@ class FakeOpenAI:
         self._released = asyncio.Event()
         app = web.Application()
         app.router.add_get("/health", self._health)
-        app.router.add_get("/fake/stats", self._stats)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -215,14 +213,6 @@ class FakeOpenAI:
     # --- handlers --------------------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
-
-    async def _stats(self, request: web.Request) -> web.Response:
-        """The counters and the gate, for a test that runs this server as a process."""
-        with self._lock:
-            stats = dict(self.stats)
-        return web.json_response(
-            dict(stats, gate_held=self.gate_held, gate_served=self.gate_served)
-        )
 
     def _unauthorized(self, request: web.Request) -> web.Response | None:
         if self.expected_auth is None:
@@ -370,21 +360,26 @@ class _Gate:
         self.opened = asyncio.Event()  # bound to the server's loop when first awaited
 
 
+def scripted(answers: dict[str, str], default: str = "I am not sure.") -> AnswerFn:
+    """Answer by prompt substring: the first key found in the prompt picks the answer."""
+
+    def answer(prompt: str, seed: int | None) -> str:
+        for key, text in answers.items():
+            if key in prompt:
+                return text
+        return default
+
+    return answer
+
+
 def main() -> None:  # `python -m rewardprof.testing.fake_server --port 8000 --answers a.json`
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="fake-model")
     p.add_argument("--answers", help="JSON file: {prompt substring: answer text}")
-    p.add_argument("--by-seed", action="store_true", help="a wrong answer for ~half the seeds")
-    p.add_argument("--hold-after", type=int, help="serve this many answers, then hold the rest")
-    p.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     args = p.parse_args()
     answers = json.loads(Path(args.answers).read_text()) if args.answers else {}
-    answer = by_seed(scripted(answers)) if args.by_seed else scripted(answers)
-    server = FakeOpenAI(answer, model=args.model, port=args.port, latency_s=args.latency)
-    server.start()
-    if args.hold_after is not None:
-        server.hold_after(args.hold_after)
+    server = FakeOpenAI(scripted(answers), model=args.model, port=args.port).start()
     print(f"serving {server.base_url}", flush=True)
     try:
         threading.Event().wait()
