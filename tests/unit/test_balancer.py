@@ -211,3 +211,18 @@ def test_status_sums_replicas_over_jobs():
     }
     text = format_status(st)
     assert A in text and "in flight" in text
+
+
+def test_probes_refused_out_slow_counted_ok_back(monkeypatch):
+    b = Balancer([A, B, C], capacity=4, fail_after=2)
+    b.take_out(b.replicas[C], "earlier")
+    answers = {A: "connection refused: no", B: "/health: TimeoutError", C: None}
+
+    async def probe(session, r):
+        return answers[r.url]
+
+    monkeypatch.setattr(b, "probe", probe)
+    asyncio.run(b.check_once(session=None))
+    assert [b.replicas[u].state for u in (A, B, C)] == [OUT, IN, IN]  # a slow probe: not yet
+    asyncio.run(b.check_once(session=None))
+    assert b.replicas[B].state == OUT  # fail_after slow probes in a row

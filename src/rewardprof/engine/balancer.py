@@ -11,7 +11,8 @@ engine.endpoints_file).
   the same body and seed, so its rollouts come out as they would have; the rollout is journaled
   once, when the answer arrives.
 - Back: `watch()` probes every replica's /health each `interval_s`; a replica out that answers
-  200 is taken back, one in that does not answer is taken out. It also re-reads the endpoints
+  200 is taken back; one in that refuses the connection is taken out, one whose /health fails
+  otherwise (slow under load) counts a failure toward `fail_after`. It also re-reads the endpoints
   file, adding and dropping replicas as the fleet publishes them.
 - While no replica is in, requests still go to one that is out (round robin): their connection
   errors are what the endpoint's liveness (engine/liveness.py) counts to stop the job on
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rewardprof.engine")
 
 IN, OUT = "in", "out"
+CONNECT_FAILED = "connection refused"
 
 
 @dataclass
@@ -117,10 +119,11 @@ class Balancer:
             if not fits:
                 return None
             return min(fits, key=lambda r: (r.load(), self._rank[r.url]))
-        out = self.listed()
+        # none in (or nothing listed yet: wait for the endpoints file): the least recently
+        # failed, so attempts (and liveness) keep going round, within the cap still
+        out = [r for r in self.listed() if r.in_flight == 0 or r.in_flight + weight <= r.capacity]
         if not out:
-            return None  # nothing listed yet: wait for the endpoints file
-        # none in: the least recently failed, so attempts (and liveness) keep going round
+            return None
         return min(out, key=lambda r: (r.in_flight, r.changed_at))
 
     def _condition(self) -> asyncio.Condition:
@@ -186,16 +189,18 @@ class Balancer:
         self._notify()
 
     # ---- health ------------------------------------------------------------------------------
-    async def probe(self, session: aiohttp.ClientSession, r: Replica) -> bool:
-        """GET /health: True on a 200 within max(interval, 5 s) (a loaded server is slow)."""
+    async def probe(self, session: aiohttp.ClientSession, r: Replica) -> str | None:
+        """GET /health: None on a 200 within max(interval, 5 s), else what went wrong."""
         try:
             async with session.get(
                 health_url(r.url), timeout=aiohttp.ClientTimeout(total=max(self.interval_s, 5.0))
             ) as resp:
                 await resp.read()
-                return resp.status == 200
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
+                return None if resp.status == 200 else f"/health answered HTTP {resp.status}"
+        except aiohttp.ClientConnectorError as exc:
+            return f"{CONNECT_FAILED}: {exc}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return f"/health: {type(exc).__name__}"
 
     async def check_once(self, session: aiohttp.ClientSession) -> None:
         if self.endpoints_file is not None:
@@ -203,12 +208,19 @@ class Balancer:
             if urls is not None:
                 self.set_urls(urls)
         replicas = self.listed()
-        healthy = await asyncio.gather(*(self.probe(session, r) for r in replicas))
-        for r, ok in zip(replicas, healthy, strict=True):
-            if ok:
+        problems = await asyncio.gather(*(self.probe(session, r) for r in replicas))
+        for r, problem in zip(replicas, problems, strict=True):
+            if problem is None:
                 self.take_back(r)
-            else:
-                self.take_out(r, "no answer to /health")
+            elif problem.startswith(CONNECT_FAILED):
+                self.take_out(r, problem)  # nobody listens there: gone
+            elif r.state == IN:
+                # slow or erring /health (a loaded server, or a loaded client): a failure
+                # like a 5xx, out after fail_after in a row; an answered request resets it
+                r.failures += 1
+                r.last_error = problem
+                if r.failures >= self.fail_after:
+                    self.take_out(r, problem)
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
         """Probe every interval until cancelled."""

@@ -287,11 +287,11 @@ class ShardRun:
                         f"{self.shard_tag}: engine {self.endpoint.identity}",
                     )
                 finally:
-                    for w in workers:
-                        w.cancel()
-                    if probing is not None:
-                        probing.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
+                    stopping = [*workers, *([probing] if probing is not None else [])]
+                    for task in stopping:
+                        task.cancel()
+                    # awaited before the session closes: a probe cut short is not a dead replica
+                    await asyncio.gather(*stopping, return_exceptions=True)
         finally:
             ticking.cancel()
             writer.close()  # whatever finished is kept, also on SIGTERM or an error
