@@ -1,7 +1,7 @@
 """Client-side balancing (engine/balancer.py) against vllm-router in front of the same replicas.
 
     python benchmarks/bench_balancer.py --router /path/to/vllm-router
-    python benchmarks/bench_balancer.py --router ROUTER --small       # smoke size
+    python benchmarks/bench_balancer.py --small       # smoke size, client balancing only
 
 Replicas: `--replicas` processes of benchmarks/fast_server.py, each answering every request
 after `--latency` seconds (a generation's time; no CPU spent), so what differs between the two
@@ -85,11 +85,9 @@ def start_router(router: str, roots: list[str], policy: str) -> tuple[subprocess
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def load(
-    urls: list[str], concurrency: int, requests: int, capacity: int, kill=None
-) -> dict:
+async def load(urls: list[str], concurrency: int, requests: int, capacity: int, kill=None) -> dict:
     """`requests` chat requests, `concurrency` at a time; `kill` = (after_s, pid)."""
-    settings = Rollout(request_timeout_s=60, backoff_initial_s=1.0)
+    settings = Rollout()  # the rollout client's defaults: 600 s timeout, 4 attempts, 1 s backoff
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
     spans: list[tuple[float, float, bool]] = []
     balancer = Balancer([u + "/v1" for u in urls], capacity) if len(urls) > 1 else None
@@ -139,8 +137,9 @@ async def load(
 
 
 def run(args: argparse.Namespace) -> dict:
-    results: dict[str, list[dict]] = {"client": [], "router": []}
-    for way in ("client", "router"):
+    ways = ("client", "router") if args.router else ("client",)
+    results: dict[str, list[dict]] = {way: [] for way in ways}
+    for way in ways:
         replicas = start_replicas(args.replicas, args.latency)
         roots = [root for _, root in replicas]
         router = start_router(args.router, roots, args.policy) if way == "router" else None
@@ -160,13 +159,27 @@ def run(args: argparse.Namespace) -> dict:
                 proc.kill()
                 proc.wait()
         for row in results[way]:
-            print(way, json.dumps(row), flush=True)
+            print(way, json.dumps(row), file=sys.stderr, flush=True)
     return results
+
+
+def summary(results: dict[str, list[dict]]) -> str:
+    """The one result line: per way, the top concurrency's rate and the failover."""
+    parts = []
+    for way, rows in results.items():
+        top = [r for r in rows if not r.get("failover")][-1]
+        fo = [r for r in rows if r.get("failover")][0]
+        parts.append(
+            f"{way} {top['req_per_s']} req/s at {top['concurrency']} in flight, "
+            f"{top['failed']} failed; added {rows[0]['added_ms']} ms; failover "
+            f"{fo['failover_s']} s, {fo['failed']} failed"
+        )
+    return "balancer: " + "; ".join(parts)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--router", required=True, help="the vllm-router executable")
+    p.add_argument("--router", help="the vllm-router executable (without: client only)")
     p.add_argument("--policy", default="power_of_two", help="vllm-router --policy")
     p.add_argument("--replicas", type=int, default=4)
     p.add_argument("--latency", type=float, default=0.2, help="seconds per answer")
@@ -178,7 +191,7 @@ def main() -> None:
     args = p.parse_args()
     if args.small:
         args.concurrency, args.rounds, args.failover_concurrency = [32], 3, 32
-    run(args)
+    print(summary(run(args)), flush=True)
 
 
 if __name__ == "__main__":
