@@ -53,6 +53,7 @@ def test_two_replicas_give_the_rewards_of_one(models_dir, tmp_path):
         "startup_timeout_s": 900,
     }
     data |= {
+        "sampling": {"temperature": 1.0, "max_tokens": 48, "seed": 0},
         "engine": engine,
         "fleet": {"replicas": 2, "restarts": 0},
         "rollout": {"concurrency": 4, "verify_workers": 1},
