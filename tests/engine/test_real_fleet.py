@@ -38,6 +38,8 @@ def _rollouts(cfg, shard: Path, out: Path, heartbeat=None) -> pd.DataFrame:
     return pd.read_parquet(out).sort_values(["task_index", "rollout_index"]).reset_index(drop=True)
 
 
+# two engine starts at once: ~55 s each on idle cores, measured 12 min with other jobs on both
+@pytest.mark.timeout(2700)
 def test_two_replicas_give_the_rewards_of_one(models_dir, tmp_path):
     data, shard = make_shard(tmp_path, K)
     name, value, needle = new_mark()
