@@ -16,14 +16,14 @@ import yaml
 from engine_helpers import MODEL, make_shard, models_dir, new_mark
 from helpers import wait_for
 
-from rewardprof.core.config import validate_config
-from rewardprof.core.layout import RunLayout
 from rewardprof.engine.endpoints import read_endpoints
 from rewardprof.engine.fleet import FleetPaths
 from rewardprof.engine.host import processes_with_env
 from rewardprof.engine.session import engine_session
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.store.layout import RunLayout
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)

@@ -26,8 +26,8 @@ from helpers import wait_for
 
 from rewardprof.engine.host import free_port
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.store.journal import scan_journal
 
 TESTS = Path(__file__).resolve().parents[1]
 NUM_TASKS, K = 12, 4

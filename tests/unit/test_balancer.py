@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.errors import ConfigError
 from rewardprof.core.redaction import config_secrets, masked_urls, unmask_urls
 from rewardprof.engine.balancer import IN, OUT, Balancer
 from rewardprof.engine.endpoints import (
@@ -19,6 +19,7 @@ from rewardprof.engine.endpoints import (
     replica_capacity,
     write_endpoints,
 )
+from rewardprof.manifest.load import validate_config
 from rewardprof.tools.status import format_status, replicas_of
 
 A, B, C = (f"http://10.0.0.{i}:8000/v1" for i in (1, 2, 3))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from rewardprof.core.config import validate_config
+from rewardprof.manifest.load import validate_config
 from rewardprof.tools.fleet import sbatch_script
 
 

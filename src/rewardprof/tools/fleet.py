@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 
 from rewardprof.core.atomic import write_json_atomic
-from rewardprof.core.config import Config, load_config
+from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.layout import RunLayout
 from rewardprof.engine.endpoints import EndpointsFileError, read_endpoints
 from rewardprof.engine.fleet import FleetPaths, serve_fleet
+from rewardprof.manifest.load import load_config
+from rewardprof.store.layout import RunLayout
 
 STOP_WAIT_S = 120
 

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import OK, ROLLOUT_SCHEMA
-from rewardprof.stages.rollout.collected import resolve
-from rewardprof.stages.rollout.journal import read_rows, scan_journal
+from rewardprof.core.kinds import OK
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import read_rows, scan_journal
+from rewardprof.store.schemas import ROLLOUT_SCHEMA
 
 log = logging.getLogger("rewardprof.stages.rollout")
 

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from rewardprof.core.schemas import TokensSource
+from rewardprof.core.kinds import TokensSource
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
 from rewardprof.stages.rollout.seeds import SEED_SCHEME
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 
-from rewardprof.core.schemas import OK, FailureKind
+from rewardprof.core.kinds import OK, FailureKind
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
 
 
