@@ -183,7 +183,7 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
         "failed": int(len(rollouts) - ok),
         "peak_running": max(r["peak_running"] for r in reps),
         "wall_s": wall,
-        "rewards": rollouts.set_index(["task_index", "rollout_index"])["reward"],
+        "rewards": rollouts.set_index(["task_index", "rollout_index"])["reward"].sort_index(),
     }
 
 
