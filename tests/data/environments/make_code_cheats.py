@@ -289,7 +289,8 @@ json.dumps = lambda *a, **k: '{"event": "passed"}'
 """
     + WRONG_ADD,
     0.0,
-    failure="wrong_answer",
+    failure="protocol_violation",
+    why="the program's own side of the wire breaks; no verdict is ever sent from its process",
 )
 ALWAYS_EQUAL = """class AlwaysEqual(int):
     def __eq__(self, other):
