@@ -18,6 +18,7 @@ docs/environments.md lists which shapes are judged which way and what stays trus
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rewardprof.environments import sandbox_cleanup
+from rewardprof.environments import sandbox_cleanup, sandbox_memory
 from rewardprof.environments._code_wire import (
     Channel,
     ChannelClosed,
@@ -46,6 +47,7 @@ from rewardprof.environments.sandbox import (
 )
 from rewardprof.environments.sandbox_bwrap import bwrap_works
 
+log = logging.getLogger("rewardprof.environments.code")
 _HERE = Path(__file__).parent
 _WIRE = (_HERE / "_code_wire.py").read_text()
 RUNNER = _WIRE + (_HERE / "_sandbox_runner.py").read_text()
@@ -246,9 +248,20 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
 
 def prepare(limits: Limits) -> str:
     """Once per worker: bind it to its rollout job and sweep what killed jobs left
-    (sandbox_cleanup); then the mechanism to use (bubblewrap's probe is cached)."""
+    (sandbox_cleanup, sandbox_memory); then the mechanism to use (bubblewrap's probe is
+    cached), said in the job's log with how memory_mb is enforced."""
+    first = not sandbox_cleanup.swept()
     sandbox_cleanup.prepare_worker(kill_uid)
-    return choose_mechanism(limits)
+    mechanism = choose_mechanism(limits)
+    if first:
+        sandbox_memory.sweep_stale()
+        memory = (
+            "one memory cgroup per sandbox"
+            if sandbox_memory.available()
+            else "per process (RLIMIT_AS): no writable cgroup v1 memory controller"
+        )
+        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, memory)
+    return mechanism
 
 
 def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, Any]) -> dict:
