@@ -4,8 +4,9 @@
 as root on a machine that mounts cgroup v1's memory controller (`/sys/fs/cgroup/memory`), each
 run gets a child cgroup `rewardprof-sbx-<worker pid>-<start time>-<n>` with
 `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes`, so swap is no way around it) set to
-`memory_mb`. The sandbox's first process joins it before it execs anything (the launcher's
-"join" mode), so every process after it is inside. When the cgroup is full the kernel's OOM
+`memory_mb` + 64 MiB (OVERHEAD_MB, the sandbox's own processes). The sandbox's first process
+joins it before it execs anything (the launcher's "join" mode), so every process after it is
+inside. When the cgroup is full the kernel's OOM
 killer kills a process in it; the run then reports `memory_oom` and the test's outcome is
 `memory_limit`. The cgroup is removed after the run; those of killed workers by the sweep
 (sandbox_cleanup.py). Elsewhere (no root, cgroup v2 only, not Linux) only the per-process
@@ -26,6 +27,10 @@ from pathlib import Path
 from rewardprof.environments import sandbox_cleanup
 
 ROOT = Path("/sys/fs/cgroup/memory")
+# The sandbox's own processes (the launcher waiting outside the program's PID namespace, bwrap)
+# hold some memory too: the cgroup allows that much above memory_mb, so a single process still
+# meets its own RLIMIT_AS (a clean MemoryError) before the cgroup is full.
+OVERHEAD_MB = 64
 _counter = itertools.count()
 
 
@@ -35,7 +40,8 @@ def available(root: Path = ROOT) -> bool:
 
 
 class MemoryCgroup:
-    """The memory cgroup of one sandboxed run."""
+    """The memory cgroup of one sandboxed run (the sweep at a worker's start removes those of
+    killed workers: sweep_stale)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -50,7 +56,7 @@ class MemoryCgroup:
         path = root / f"{name}-{next(_counter)}"
         path.mkdir()
         group = cls(path)
-        limit = str(memory_mb << 20)
+        limit = str((memory_mb + OVERHEAD_MB) << 20)
         try:
             (path / "memory.limit_in_bytes").write_text(limit)
             if (path / "memory.memsw.limit_in_bytes").exists():
