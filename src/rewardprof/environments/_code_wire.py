@@ -14,6 +14,8 @@ strictly (any other shape is a violation) and enforces the declared size cap of 
 it reads, never after.
 """
 
+import ast
+import builtins
 import json
 import os
 import select
@@ -259,9 +261,6 @@ class ProgramClient:
 def free_names(tree):
     """The names a test's code reads but never binds itself and that are not builtins: the
     program's names it uses (bound anywhere in the test counts as the test's own)."""
-    import ast
-    import builtins
-
     bound, read = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):

@@ -18,6 +18,8 @@ Only the standard library; no rewardprof import.
 """
 
 import builtins
+import json
+import os
 import sys
 
 objects = []  # what the grader holds a handle to, by number
@@ -75,9 +77,6 @@ def serve(channel, namespace):
 
 
 def main():
-    import json
-    import os
-
     cfg = json.loads(sys.argv[1])
     sys.argv = ["main.py"]
     channel = Channel(cfg["from_harness"], cfg["to_harness"], cfg["cap"])  # noqa: F821
