@@ -450,7 +450,8 @@ GRADER_CHEATS = [
         "        loc = frame.f_locals\n"
         "        if names[0] in loc and names[1] in loc:\n"
         "            loc[names[1]] = loc[names[0]]\n"
-        "            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))\n"
+        "            ctypes.pythonapi.PyFrame_LocalsToFast(\n"
+        "                ctypes.py_object(frame), ctypes.c_int(0))\n"
         "    return tracer\n"
         "sys.settrace(tracer)\n",
         None,

@@ -11,8 +11,9 @@ would use, tracing, walking the stack, speaking the runner's pipes) score 0 beca
 code, expected value or verdict is in the program's process.
 
 These tests spawn sandboxes; they sit in tests/unit/environments next to test_code_sandbox.py
-(the code environment's other sandbox tests) rather than in tests/faults. Needs root (the sandbox's uid drop and namespaces);
-under CI=true a missing bubblewrap is a failure, never a skip.
+(the code environment's other sandbox tests) rather than in tests/faults. Needs root (the
+sandbox's uid drop and namespaces); under CI=true a missing bubblewrap is a failure, never a
+skip.
 """
 
 from __future__ import annotations
