@@ -6,7 +6,7 @@
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
 same seed in a fixed-K and an adaptive run). Modes, run by the package's round planner
-(rewardprof.core.adaptive_plan: ask what to sample, reveal it, repeat) under the export's
+(rewardprof.decisions.adaptive_plan: ask what to sample, reveal it, repeat) under the export's
 default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pass at K):
 
 * fixed: all 16 rollouts, decision by the rules at K = 16
@@ -15,7 +15,7 @@ default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pas
   instead (export.min_signal_probability: 0.5, drop_all_fail/drop_all_pass off) under the
   prior fitted on those 4 rollouts
 * bayes(delta): a first round of min_rollouts = 4 per task, the label's prior fitted on it
-  (rewardprof.core.posterior.fit_prior, over all tasks), then 2 more at a time until
+  (rewardprof.decisions.posterior.fit_prior, over all tasks), then 2 more at a time until
   P(decision at 16 differs) < delta; the recorded decision is the most likely one at 16
 
 Reported per distribution and mode: share of the fixed run's rollouts used, agreement with the
@@ -34,16 +34,16 @@ import time
 
 import numpy as np
 
-from rewardprof.core.adaptive import (
+from rewardprof.core.config import Export
+from rewardprof.decisions.adaptive import (
     DEFAULT_MIN_ROLLOUTS,
     EXACT_FIRST_ROUND,
     keep_at,
     posterior_fn_for,
 )
-from rewardprof.core.adaptive_plan import AdaptiveSettings, Records
-from rewardprof.core.adaptive_plan import plan as adaptive_plan
-from rewardprof.core.config import Export
-from rewardprof.core.posterior import fit_prior, prior_as_posterior
+from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
+from rewardprof.decisions.adaptive_plan import plan as adaptive_plan
+from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
 
 K = 16
 GROUP_SIZE = 8

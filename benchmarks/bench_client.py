@@ -31,8 +31,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import default_out, tasks_table, trivial_environment  # noqa: E402
 
-from rewardprof.core.config import validate_config  # noqa: E402
 from rewardprof.engine.session import Endpoint  # noqa: E402
+from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
 

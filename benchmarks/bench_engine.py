@@ -34,8 +34,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import default_out, tasks_table  # noqa: E402
 
-from rewardprof.core.config import validate_config  # noqa: E402
 from rewardprof.engine.session import Endpoint  # noqa: E402
+from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
 from rewardprof.stages.rollout.seeds import task_seed  # noqa: E402

@@ -61,7 +61,7 @@ def prepare(out: Path, num_tasks: int, repeats: int, num_shards: int, journal_te
     del table
     text = Text(1)
     rng = np.random.default_rng(1)
-    from rewardprof.core.schemas import ROLLOUT_SCHEMA
+    from rewardprof.store.schemas import ROLLOUT_SCHEMA
 
     seg = 0
     per_batch = 8192 // repeats

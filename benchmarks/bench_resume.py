@@ -30,10 +30,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import Text, default_out, rollout_batch, tasks_table, write_parquet  # noqa: E402
 
-from rewardprof.core.config import validate_config  # noqa: E402
-from rewardprof.core.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
+from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages import StagePaths, shard  # noqa: E402
 from rewardprof.stages.rollout.seeds import gen_key  # noqa: E402
+from rewardprof.store.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
 from rewardprof.testing.fake_server import FakeOpenAI  # noqa: E402
 
 K = 8

@@ -185,7 +185,7 @@ def tasks_table(
 ) -> tuple[pa.Table, dict[str, Any]]:
     """A tasks table (rewardprof's TASKS_SCHEMA) and its materialize report, entries in
     environment order; rows are synthetic but of realistic size when `with_rows`."""
-    from rewardprof.core.schemas import TASKS_SCHEMA
+    from rewardprof.store.schemas import TASKS_SCHEMA
 
     rng = random.Random(seed)
     text = Text(seed)
@@ -249,7 +249,7 @@ def rollout_batch(
 ) -> pa.RecordBatch:
     """Rollout records (ROLLOUT_SCHEMA) for the given keys; completions 0.5-8 kB when `text`
     is given, else a short stand-in (for journals whose text the measurement never reads)."""
-    from rewardprof.core.schemas import ROLLOUT_SCHEMA
+    from rewardprof.store.schemas import ROLLOUT_SCHEMA
 
     n = len(task_index)
     lengths = completion_lengths(rng, n)

@@ -3,7 +3,7 @@
 import time
 
 from rewardprof.core.config import ConfigError
-from rewardprof.engine.preflight import check_sources
+from rewardprof.sources.checks import check_sources
 
 _STARTED = time.time()
 

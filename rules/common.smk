@@ -4,11 +4,12 @@
 import os
 import sys
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
+from rewardprof.manifest.load import validate_config
 from rewardprof.core.overrides import typed_overrides
-from rewardprof.core.layout import RunLayout
+from rewardprof.store.layout import RunLayout
 from rewardprof.core.redaction import refuse_written_passwords
-from rewardprof.core.run_config import secret_env
+from rewardprof.manifest.run_config import secret_env
 
 try:
     # values inside a `--config` section come as text (config_settings.config: the --config
@@ -21,7 +22,7 @@ try:
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
 
-# every path of results/<run>/ (rewardprof.core.layout); shard paths keep {i} and {n} as wildcards
+# every path of results/<run>/ (rewardprof.store.layout); shard paths keep {i} and {n} as wildcards
 LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
 LABELS = [e.label for e in CFG.entries]
 # A URL's user:password never reaches a rule's command, params or the run directory's config

@@ -7,7 +7,7 @@ measurements (docs/sizing/estimate.json) and the pass counts of the pilot's prin
 import json
 from pathlib import Path
 
-from rewardprof.core.config import load_config
+from rewardprof.manifest.load import load_config
 from rewardprof.tools.estimate import estimate
 from rewardprof.tools.estimate_report import to_markdown
 

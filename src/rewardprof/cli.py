@@ -1,7 +1,7 @@
 """`rewardprof` command: one subcommand per stage; the Snakemake rules call these.
 
 Each stage takes its config as `--config FILE` (YAML/JSON; the rules pass the stage's file of
-the run directory, results/<run>/config/<stage>.json, see core/run_config.py) or
+the run directory, results/<run>/config/<stage>.json, see manifest/run_config.py) or
 `--config-json TEXT`. COMMANDS below is the one table of subcommands; a stage's handler turns
 its arguments into a StagePaths, calls the stage's `run(cfg, paths)` and logs the report.
 Errors of rewardprof (RewardprofError) are caught once, in `main`.
@@ -22,17 +22,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rewardprof.core import redaction
-from rewardprof.core.config import (
-    Config,
-    ConfigError,
-    json_schema,
-    validate_config,
-)
+from rewardprof.core.config import Config, ConfigError, json_schema
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.run_config import load_stage_config
 from rewardprof.engine import model
-from rewardprof.engine.preflight import check_sources
+from rewardprof.manifest.load import validate_config
+from rewardprof.manifest.run_config import load_stage_config
+from rewardprof.sources.checks import check_sources
 from rewardprof.stages import StagePaths, add_path_arguments
+from rewardprof.store.shards import shard_tag
 from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
 
 
@@ -106,7 +103,9 @@ def _schema_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     if args.markdown:
-        from rewardprof.core.configdoc import render_markdown  # lazy: only this command loads it
+        from rewardprof.manifest.configdoc import (
+            render_markdown,  # lazy: only this command loads it
+        )
 
         print(render_markdown(), end="")
         return 0
@@ -178,7 +177,7 @@ def cmd_first_round(args: argparse.Namespace) -> int:
     from rewardprof.stages.rollout.runner import run_shard  # lazy: as cmd_rollout
 
     cfg, paths = _config(args), _stage_paths(args)
-    tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
+    tag = shard_tag(paths.need("shard"), paths.need("num_shards"))
     summary = run_shard(
         cfg,
         functools.partial(engine_session, cfg, paths.engine_log),  # opened only if needed

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from helpers import require_piece
 
-from rewardprof.core.config import validate_config
 from rewardprof.engine.host import port_is_free, processes_with_env
 from rewardprof.engine.model import MARKER, convert_builtin, engine_python
 from rewardprof.engine.server import probe_engine
 from rewardprof.engine.session import EngineError
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize, shard
 
 FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm"

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from engine_helpers import base_config, fake_engine_python, new_mark
 
-from rewardprof.core.config import validate_config
 from rewardprof.engine import server as engine_server
 from rewardprof.engine.host import port_is_free, processes_with_env
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import EngineError, engine_session
+from rewardprof.manifest.load import validate_config
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -166,7 +166,7 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
     cfg, needle = _cfg(tmp_path)
     script = textwrap.dedent(f"""
         import sys, time
-        from rewardprof.core.config import validate_config
+        from rewardprof.manifest.load import validate_config
         from rewardprof.engine.session import engine_session
         cfg = validate_config({cfg.model_dump(mode="json")!r})
         with engine_session(cfg, {str(tmp_path / "engine.log")!r}) as ep:
@@ -191,7 +191,7 @@ def test_server_gets_sigterm_when_the_job_is_killed(tmp_path):
     cfg, needle = _cfg(tmp_path)
     script = textwrap.dedent(f"""
         import time
-        from rewardprof.core.config import validate_config
+        from rewardprof.manifest.load import validate_config
         from rewardprof.engine.session import engine_session
         cfg = validate_config({cfg.model_dump(mode="json")!r})
         with engine_session(cfg, {str(tmp_path / "engine.log")!r}) as ep:

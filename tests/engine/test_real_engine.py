@@ -26,10 +26,10 @@ from engine_helpers import (
     new_mark,
 )
 
-from rewardprof.core.config import validate_config
 from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.runner import run_shard
 from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
@@ -113,7 +113,7 @@ def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
         shard,
         out.parent / f"{out.stem}-journal",
         out,
-        "s0of1",
+        "0-of-1",
     )
     return pd.read_parquet(out).sort_values(["task_index", "rollout_index"]).reset_index()
 

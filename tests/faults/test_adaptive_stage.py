@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from harness import shardkit as kit
 
-from rewardprof.core.adaptive import keep_at
+from rewardprof.decisions.adaptive import keep_at
 from rewardprof.stages import StagePaths, shard
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, read_plans, write_priors
 from rewardprof.stages.rollout.runner import run_shard
@@ -64,7 +64,7 @@ def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tup
             for i, part in enumerate(parts):
                 first = cfg.adaptive.min_rollouts
                 done = tmp / f"first{i}.json"
-                tag = f"s{i}of{num_shards}"
+                tag = f"{i}-of-{num_shards}"
                 run_shard(cfg, kit.endpoint(cfg), part, journal, done, tag, first_round=first)
             prior = tmp / "prior.json"
             write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
@@ -72,7 +72,7 @@ def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tup
         outs = []
         for i, part in enumerate(parts):
             out = tmp / f"out{i}.parquet"
-            tag = f"s{i}of{num_shards}"
+            tag = f"{i}-of-{num_shards}"
             run_shard(cfg, kit.endpoint(cfg), part, journal, out, tag, priors)
             outs.append(out)
         return outs, sum(b.get("n", 1) for b in server.requests)

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 
-from rewardprof.stages.rollout.journal import QUARANTINE, scan_journal
 from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.store.journal import QUARANTINE, scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.testing.hostile_replies import MANGLE, RAW
 
@@ -55,7 +55,7 @@ def _shard(tmp_path, server, num_tasks: int = 3, **rollout):
     if not tasks.exists():
         tasks = kit.make_tasks(tmp_path, cfg, num_tasks)
     out = tmp_path / "out.parquet"
-    summary = run_shard(cfg, kit.endpoint(cfg), tasks, tmp_path / "journal", out, "s0of1")
+    summary = run_shard(cfg, kit.endpoint(cfg), tasks, tmp_path / "journal", out, "0-of-1")
     rec = pq.read_table(out).to_pandas().sort_values(["task_index", "rollout_index"])
     assert kit.check_records(rec, kit.load_tasks(tasks), cfg) == []
     return summary, rec.reset_index(drop=True)
@@ -98,7 +98,7 @@ def test_hostile_reply_forever_fails_its_rollouts_and_a_rerun_fills_them(tmp_pat
 def _poison_tail(journal, records: list[dict]) -> None:
     """A tail as an older version wrote it: the raw reply's values, unvalidated."""
     journal.mkdir(parents=True, exist_ok=True)
-    with (journal / "s0of1-1-old-1-0.000000.jsonl").open("w") as f:
+    with (journal / "0-of-1_1-old-1-0.000000.jsonl").open("w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
         f.write('{"task_index": 0, "rollout_in')  # and a torn last line, as after a kill
@@ -120,12 +120,12 @@ def test_a_tail_that_does_not_fit_the_schema_is_quarantined(tmp_path, server, ca
     for path in journal.glob("*.parquet"):
         path.unlink()  # only the poisoned tail remains
     _poison_tail(journal, poisoned)
-    with caplog.at_level(logging.WARNING, logger="rewardprof.stages.rollout.journal"):
+    with caplog.at_level(logging.WARNING, logger="rewardprof.store.journal"):
         scan = scan_journal(journal)
     assert scan.quarantined == 1 and scan.keys.num_rows == 1
-    moved = journal / QUARANTINE / "s0of1-1-old-1-0.000000.jsonl"
+    moved = journal / QUARANTINE / "0-of-1_1-old-1-0.000000.jsonl"
     assert moved.exists() and not (journal / moved.name).exists()
-    assert (journal / "s0of1-1-old-1-0.000000.parquet").exists()  # the valid record
+    assert (journal / "0-of-1_1-old-1-0.000000.parquet").exists()  # the valid record
     warning = [r.getMessage() for r in caplog.records if r.name.endswith(".journal")]
     assert len(warning) == 1
     assert "4 records do not fit the rollout schema (first: completion is list" in warning[0]

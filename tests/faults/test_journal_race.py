@@ -1,11 +1,11 @@
 """Shards of one layout run at once over one journal directory: a scan must survive another
 shard's live writer compacting (or closing) its tail between the listing and the read. Found by
-tests/workflow/test_resilience.py: `FileNotFoundError: ...s0of2-...000000.jsonl` in shard 1."""
+tests/workflow/test_resilience.py: `FileNotFoundError: ...0-of-2_...000000.jsonl` in shard 1."""
 
 from __future__ import annotations
 
-from rewardprof.stages.rollout import journal
-from rewardprof.stages.rollout.journal import JournalWriter, scan_journal
+from rewardprof.store import journal
+from rewardprof.store.journal import JournalWriter, scan_journal
 
 
 def _rec(ri: int) -> dict:
@@ -22,7 +22,7 @@ def _rec(ri: int) -> dict:
 
 
 def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
-    other = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    other = JournalWriter(tmp_path, "0-of-2_1-host-1-0", interval_s=3600, max_records=1000)
     for r in range(3):
         other.append(_rec(r))
     real = journal._read_tail
@@ -36,7 +36,7 @@ def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
 
     monkeypatch.setattr(journal, "_read_tail", racing)
     scan = scan_journal(tmp_path)
-    assert raced == ["s0of2-1-host-1-0.000000.jsonl"]
+    assert raced == ["0-of-2_1-host-1-0.000000.jsonl"]
     assert sorted(scan.keys.column("rollout_index").to_pylist()) == [0, 1, 2]
     assert scan.bad_files == 0
     # the rows are readable through the segment that replaced the tail
@@ -45,10 +45,10 @@ def test_scan_survives_a_tail_compacted_mid_scan(tmp_path, monkeypatch):
 
 
 def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
-    done = JournalWriter(tmp_path, "s1of2-1-host-2-0", interval_s=3600, max_records=1000)
+    done = JournalWriter(tmp_path, "1-of-2_1-host-2-0", interval_s=3600, max_records=1000)
     done.append(_rec(0))
     done.close()  # a segment, no tail
-    live = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    live = JournalWriter(tmp_path, "0-of-2_1-host-1-0", interval_s=3600, max_records=1000)
     real = journal._read_tail
 
     def racing(path, *args):
@@ -63,9 +63,9 @@ def test_scan_survives_an_empty_tail_closed_mid_scan(tmp_path, monkeypatch):
 HOLDER = """
 import multiprocessing, os, signal, sys, time
 from pathlib import Path
-from rewardprof.stages.rollout.journal import ShardLock
+from rewardprof.store.journal import ShardLock
 
-lock = ShardLock(Path(sys.argv[1]), "s0of1").__enter__()
+lock = ShardLock(Path(sys.argv[1]), "0-of-1").__enter__()
 ctx = multiprocessing.get_context("fork")
 running = ctx.Event()
 
@@ -97,7 +97,7 @@ def test_shard_lock_dies_with_its_process_not_its_workers(tmp_path):
 
     import psutil
 
-    from rewardprof.stages.rollout.journal import ShardLock
+    from rewardprof.store.journal import ShardLock
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True
@@ -106,7 +106,7 @@ def test_shard_lock_dies_with_its_process_not_its_workers(tmp_path):
     assert holder.wait(60) == -signal.SIGKILL
     try:
         assert psutil.Process(worker_pid).status() != psutil.STATUS_ZOMBIE  # still running
-        with ShardLock(tmp_path, "s0of1"):  # ... and the shard is free at once
+        with ShardLock(tmp_path, "0-of-1"):  # ... and the shard is free at once
             pass
     finally:
         os.kill(worker_pid, signal.SIGKILL)
@@ -117,7 +117,7 @@ def test_rows_of_a_scanned_tail_stay_valid_while_it_grows_and_is_compacted(tmp_p
     Between the two, the live writer appends (completing a torn line) and then compacts the
     tail into the segment of the same name: the scanned row numbers still name the same
     records."""
-    live = JournalWriter(tmp_path, "s0of2-1-host-1-0", interval_s=3600, max_records=1000)
+    live = JournalWriter(tmp_path, "0-of-2_1-host-1-0", interval_s=3600, max_records=1000)
     for r in range(3):
         live.append(dict(_rec(r), completion=f"c{r}"))
     tail = next(tmp_path.glob("*.jsonl"))

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from harness import shardkit as kit
 
-from rewardprof.core.layout import RunLayout
 from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.store.layout import RunLayout
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.tools.status import collect
 
@@ -143,7 +143,7 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
         st = collect(layout.root)
         text = _status_cli(layout)
         # the log gets its line every interval also while no rollout finishes (held)
-        stalled = "[s0of2] 6/20 rollouts, "
+        stalled = "[0-of-2] 6/20 rollouts, "
         _wait_for(
             lambda: sum(ln.startswith(stalled) for ln in log.read_text().splitlines()) >= 3,
             "progress lines while requests are held",
@@ -172,7 +172,7 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
 
     # the job's stdout carried the whole run's line every interval (Snakemake shows it)
     run_lines = [line for line in out.splitlines() if line.startswith("rewardprof: rollouts ")]
-    assert any("/40 (" in line and "[s0of2: " in line for line in run_lines), out
+    assert any("/40 (" in line and "[0-of-2: " in line for line in run_lines), out
 
     # shard 1 too, then the finished run
     job = _rollout(layout, config, 1, tmp_path / "logs" / "1.log")
@@ -204,7 +204,7 @@ def test_dead_endpoint_stops_the_job_with_one_line(tmp_path, server):
     assert job.returncode != 0
     assert limit <= took < 90
     last = log.read_text().strip().splitlines()[-1]
-    assert last.startswith("rewardprof rollout: error: s0of2: engine endpoint:http://127.0.0.1:")
+    assert last.startswith("rewardprof rollout: error: 0-of-2: engine endpoint:http://127.0.0.1:")
     assert f"every request failed with a connection error for {limit:.0f}s" in last
     error_text = last.split("last error: ", 1)[1]
     assert "Cannot connect to host 127.0.0.1" in error_text, last

@@ -59,9 +59,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from harness import shardkit as kit
-from rewardprof.core.config import validate_config
-from rewardprof.stages.rollout.journal import read_rows, scan_journal
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.shard_tasks import request_units
+from rewardprof.store.journal import read_rows, scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 SELF_KILL_POINTS = [
@@ -100,7 +100,8 @@ class _OsProxy:
 
 def _install(point: str, nth: int) -> None:
     from rewardprof.core import atomic
-    from rewardprof.stages.rollout import journal, output
+    from rewardprof.stages.rollout import output
+    from rewardprof.store import journal
 
     calls = {"n": 0}
 
@@ -159,7 +160,7 @@ def _attempt(spec: dict[str, Any]) -> None:
         _install(spec["point"], spec["nth"])
     cfg = validate_config(spec["config"], origin="kill-harness")
     summary = run_shard(
-        cfg, kit.endpoint(cfg), spec["tasks"], spec["journal"], spec["out"], "s0of1"
+        cfg, kit.endpoint(cfg), spec["tasks"], spec["journal"], spec["out"], "0-of-1"
     )
     Path(spec["result"]).write_text(json.dumps(summary))
 

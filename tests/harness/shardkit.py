@@ -21,8 +21,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from rewardprof.core.config import Config, validate_config
+from rewardprof.core.config import Config
 from rewardprof.engine.session import Endpoint
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
 from rewardprof.stages.rollout.seeds import gen_key, task_seed
 

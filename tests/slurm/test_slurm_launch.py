@@ -33,7 +33,7 @@ from slurm_helpers import (
     submitted,
 )
 
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 N_TASKS, K = 10, 4

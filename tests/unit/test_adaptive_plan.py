@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import yaml
 
-from rewardprof.core.adaptive import keep_at
-from rewardprof.core.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.core.config import ConfigError, Export, validate_config
-from rewardprof.core.posterior import MixturePrior
+from rewardprof.core.config import ConfigError, Export
+from rewardprof.decisions.adaptive import keep_at
+from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.manifest.load import validate_config
 
 K = 16
 EXACT = AdaptiveSettings("exact", first=2, round_size=2)

@@ -1,6 +1,6 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle,
-no module over 400 lines, a reason on every function-local import, every module on the map of
-docs/architecture.md."""
+no import against the layer table, no module over 400 lines, a reason on every function-local
+import, every module on the map of docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -116,6 +116,63 @@ def test_no_import_cycle():
     assert not cycles, "modules that import each other (module or function level): " + "; ".join(
         ", ".join(c) for c in cycles
     )
+
+
+# The packages from the ground up (docs/architecture.md, "Layers"). A module imports only from
+# its own package or from a package on a lower layer: never up, never sideways (decisions and
+# store know nothing of each other; engine knows no environment).
+LAYERS = {
+    "core": 0,
+    "decisions": 1,
+    "store": 1,
+    "engine": 2,
+    "environments": 3,
+    "sources": 4,
+    "manifest": 5,
+    "testing": 5,
+    "stages": 6,
+    "tools": 7,
+    "cli": 8,
+}
+
+
+def _package(module: str) -> str:
+    """The first-level package (or module) of rewardprof that `module` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            a, b = _package(module), _package(target)
+            if a == b or b == "":  # own package; the package's docstring-only face
+                continue
+            if LAYERS[b] >= LAYERS[a]:
+                out.append(f"{module} -> {target} ({a} {LAYERS[a]}, {b} {LAYERS[b]})")
+    return out
+
+
+def test_every_package_has_a_layer():
+    assert {_package(m) for m in MODULES} - {""} == set(LAYERS)
+
+
+def test_the_layer_check_finds_upward_and_sideways_imports():
+    edges = {
+        "rewardprof.core.config": {"rewardprof.environments"},
+        "rewardprof.store.journal": {"rewardprof.decisions.stats"},
+        "rewardprof.stages.merge": {"rewardprof.store.journal", "rewardprof.stages"},
+    }
+    assert _layer_violations(edges) == [
+        "rewardprof.core.config -> rewardprof.environments (core 0, environments 3)",
+        "rewardprof.store.journal -> rewardprof.decisions.stats (store 1, decisions 1)",
+    ]
+
+
+def test_no_import_against_the_layers():
+    violations = _layer_violations({m: _edges(m) for m in MODULES})
+    assert not violations, "imports up or sideways across layers: " + "; ".join(violations)
 
 
 def test_no_module_over_400_lines():

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rewardprof.core.config import ConfigError, load_config, validate_config
+from rewardprof.core.config import ConfigError
+from rewardprof.manifest.load import load_config, validate_config
 
 ENTRY = {"label": "m", "environment": "math", "source": "x.jsonl"}
 

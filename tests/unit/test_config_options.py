@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
 from rewardprof.environments import BUILTIN, get_environment_class
+from rewardprof.manifest.load import validate_config
 
 JUDGE = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
 # options every built-in accepts as they are (llm_judge needs its endpoint)
@@ -107,7 +108,7 @@ def test_validation_imports_no_verifier_library():
     ]
     code = (
         "import json, sys\n"
-        "from rewardprof.core.config import validate_config\n"
+        "from rewardprof.manifest.load import validate_config\n"
         f"validate_config(json.loads({json.dumps(json.dumps({'entries': entries}))}))\n"
         "heavy = ('math_verify', 'sympy', 'reasoning_gym', 'if_verifiable', 'nltk',"
         " 'langdetect', 'aiohttp')\n"

@@ -1,8 +1,8 @@
 from helpers import REPO
 
 from rewardprof.core.config import Config, Engine, Entry, Profile, Rollout, Sampling
-from rewardprof.core.configdoc import environment_sections, render_markdown
 from rewardprof.environments import BUILTIN, get_environment_class
+from rewardprof.manifest.configdoc import environment_sections, render_markdown
 
 
 def test_config_reference_is_current_and_complete():

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rewardprof.core.config import ConfigError, validate_config
-from rewardprof.core.posterior import MixturePrior
+from rewardprof.core.config import ConfigError
+from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
 from rewardprof.tools.estimate import estimate
@@ -254,7 +255,7 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from rewardprof.core.layout import RunLayout
+    from rewardprof.store.layout import RunLayout
     from rewardprof.tools.estimate import measure_pilot
 
     layout = RunLayout(tmp_path)
@@ -274,7 +275,7 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
             "started_at": [0.0] * 8,
             "finished_at": [0.01] * 8,
             "completion_tokens": [5, 5, 5, 5, 1, 1, 1, 1],
-            "writer": ["s0of1-x"] * 8,
+            "writer": ["0-of-1_x"] * 8,
         }
     )
     pq.write_table(rollouts, layout.rollouts)

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rewardprof.core.layout import RunLayout
-from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.schemas import TASKS_SCHEMA
 from rewardprof.tools.status import StatusError, collect, format_status
 
 
@@ -42,14 +42,14 @@ def test_silent_job_is_lost_and_failed_job_shows_its_error(tmp_path):
     stale["updated_at"] = time.time() - 3600  # SIGKILLed an hour ago
     layout.shard_status(0).write_text(json.dumps(stale))
     ShardHeartbeat(layout, 1, 3, interval_s=1).write(
-        state="failed", error="EndpointDown: s1of3: engine endpoint:http://h/v1 unreachable"
+        state="failed", error="EndpointDown: 1-of-3: engine endpoint:http://h/v1 unreachable"
     )
     st = collect(layout.root)
     assert [s["state"] for s in st["shards"]] == ["lost", "failed", "pending"]
     assert st["stopped"] == ["0-of-3", "1-of-3"] and st["expected"] == 24
     assert st["shards"][0]["error"].startswith("no heartbeat for 36")
     text = format_status(st)
-    assert "1-of-3 (" in text and "EndpointDown: s1of3" in text
+    assert "1-of-3 (" in text and "EndpointDown: 1-of-3" in text
 
 
 def test_heartbeat_stays_fresh_while_the_engine_starts(tmp_path):

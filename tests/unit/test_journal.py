@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from rewardprof.stages.rollout.collected import resolve
-from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_tasks import Unit, request_units
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
 
 
 def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):
@@ -103,8 +103,8 @@ def test_segments_of_an_older_schema_read_with_new_columns_null(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rewardprof.core.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA
-    from rewardprof.stages.rollout.journal import read_rows
+    from rewardprof.store.journal import read_rows
+    from rewardprof.store.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA
 
     old = pa.schema([f for f in ROLLOUT_SCHEMA if f.name != "completion_tokens_source"])
     rec = dict(_rec(0, 0), completion_tokens=7)
@@ -120,15 +120,15 @@ def test_segments_of_an_older_schema_read_with_new_columns_null(tmp_path):
 def test_shard_lock_is_exclusive(tmp_path):
     import pytest
 
-    from rewardprof.stages.rollout.journal import JournalLocked
+    from rewardprof.store.journal import JournalLocked
 
     with (
-        ShardLock(tmp_path, "s0of2"),
+        ShardLock(tmp_path, "0-of-2"),
         pytest.raises(JournalLocked, match="another rollout"),
-        ShardLock(tmp_path, "s0of2"),
+        ShardLock(tmp_path, "0-of-2"),
     ):
         pass
-    with ShardLock(tmp_path, "s0of2"):  # released after the first holder exits
+    with ShardLock(tmp_path, "0-of-2"):  # released after the first holder exits
         pass
 
 
@@ -138,7 +138,7 @@ def test_winner_choice_matches_the_plain_definition_on_random_journals():
     first record."""
     import numpy as np
 
-    from rewardprof.stages.rollout.collected import _winners
+    from rewardprof.store.collected import _winners
 
     rng = np.random.default_rng(0)
     for _ in range(2000):

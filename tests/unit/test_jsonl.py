@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 
-from rewardprof.core.jsonl import json_objects, with_key, write_table_jsonl
+from rewardprof.store.jsonl import json_objects, with_key, write_table_jsonl
 
 
 def test_round_trip_of_awkward_values(tmp_path):

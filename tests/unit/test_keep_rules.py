@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from rewardprof.core.config import validate_config
-from rewardprof.core.keep_rules import REASONS, OpenTasks, decision_range
+from rewardprof.decisions.keep_rules import REASONS, OpenTasks, decision_range
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages.export import drop_reasons
 from rewardprof.stages.profile import task_profile
 from rewardprof.stages.profile_summary import label_summary

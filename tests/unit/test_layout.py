@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rewardprof.core.layout import RunLayout, parse_shard_name, shard_name
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import parse_shard_name, shard_name
 
 
 def test_the_paths_of_a_run():

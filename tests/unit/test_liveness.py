@@ -86,11 +86,11 @@ def test_run_while_alive_stops_work_sleeping_in_backoff_with_one_line():
                 cleaned.set()
 
         with pytest.raises(EndpointDown) as err:
-            await asyncio.wait_for(run_while_alive(work(), live, "s0of1: engine X"), 60)
+            await asyncio.wait_for(run_while_alive(work(), live, "0-of-1: engine X"), 60)
         assert cleaned.is_set()
         msg = str(err.value)
         assert "\n" not in msg
-        assert msg.startswith("s0of1: engine X unreachable")
+        assert msg.startswith("0-of-1: engine X unreachable")
         assert "Cannot connect to host 127.0.0.1:9 [refused]" in msg
 
     asyncio.run(main())

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import math_row, write_jsonl
 
-from rewardprof.core.config import validate_config
+from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError
 from rewardprof.stages import StagePaths, materialize, shard
 from rewardprof.stages.materialize import make_task_id

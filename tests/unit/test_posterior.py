@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from rewardprof.core.betafn import betainc, betaln, nelder_mead
-from rewardprof.core.posterior import (
+from rewardprof.decisions.betafn import betainc, betaln, nelder_mead
+from rewardprof.decisions.posterior import (
     JEFFREYS,
     MixturePrior,
     fit_prior,

@@ -9,10 +9,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from rewardprof.core.config import validate_config
-from rewardprof.core.jsonl import write_table_jsonl
+from rewardprof.manifest.load import validate_config
 from rewardprof.stages.profile import task_profile
 from rewardprof.stages.profile_summary import format_table, label_summary
+from rewardprof.store.jsonl import write_table_jsonl
 
 
 def _cfg(**profile):

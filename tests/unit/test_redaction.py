@@ -11,9 +11,10 @@ import pytest
 
 from rewardprof import cli
 from rewardprof.core import redaction
-from rewardprof.core.config import ConfigError, load_config, validate_config
-from rewardprof.core.schemas import FailureKind
-from rewardprof.stages.rollout.record import journal_record
+from rewardprof.core.config import ConfigError
+from rewardprof.core.kinds import FailureKind
+from rewardprof.manifest.load import load_config, validate_config
+from rewardprof.store.record import journal_record
 
 POLICY_KEY = "sk-POLICY-SENTINEL-0123"
 JUDGE_KEY = 'sk-JUDGE-"quoted"-SENTINEL-4567'

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
 from rewardprof.core.redaction import URL_CREDENTIALS_ENV
-from rewardprof.core.run_config import (
+from rewardprof.manifest.load import validate_config
+from rewardprof.manifest.run_config import (
     STAGE_SECTIONS,
     load_stage_config,
     secret_env,

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from rewardprof.cli import main
-from rewardprof.core.config import ConfigError, validate_config
-from rewardprof.engine.preflight import check_sources
+from rewardprof.core.config import ConfigError
+from rewardprof.manifest.load import validate_config
+from rewardprof.sources.checks import check_sources
 
 
 def _rg_entry(task: str) -> dict:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rewardprof.core.stats import (
+from rewardprof.decisions.stats import (
     beta_interval,
     grpo_signal,
     grpo_signal_array,

@@ -13,8 +13,8 @@ import yaml
 from harness import shardkit as kit
 from helpers import endpoint_config, snakemake, write_config
 
-from rewardprof.core.config import validate_config
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.manifest.load import validate_config
+from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow

@@ -16,8 +16,8 @@ import pytest
 from harness import shardkit as kit
 from helpers import REPO, endpoint_config, snakemake, write_config
 
-from rewardprof.core.config import validate_config
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.manifest.load import validate_config
+from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -248,7 +248,7 @@ def test_two_rollout_processes_cannot_write_one_shard(tmp_path):
         out1, _ = first.communicate(timeout=120)
     assert second.returncode == 2, out2
     assert (
-        f"rewardprof rollout: error: {journal}/.lock-s0of1: another rollout process is "
+        f"rewardprof rollout: error: {journal}/.lock-0-of-1: another rollout process is "
         f"running this shard; wait for it or stop it first"
     ) in out2
     assert not (tmp_path / "b.parquet").exists()

@@ -15,7 +15,7 @@ import pytest
 from harness import shardkit as kit
 from helpers import REPO, endpoint_config, snakemake, wait_for, write_config
 
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow

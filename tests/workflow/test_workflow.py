@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
 
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 pytestmark = pytest.mark.workflow

@@ -1,35 +1,28 @@
 """The run manifest: one pydantic model is the single source of truth for every config key.
 
-The Snakefile validates Snakemake's merged `config` dict through `validate_config` before it
-builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
-key fails with one line naming it, whichever door it came through. Each entry's `options` are
-checked there too, against its environment's `Options` model (rewardprof.environments.options).
+The Snakefile validates Snakemake's merged `config` dict through `validate_config`
+(manifest/load.py) before it builds the DAG, and every `rewardprof <stage>` command
+re-validates what it is given, so a bad key fails with one line naming it, whichever door it
+came through. Each entry's `options` are checked there too, against its environment's
+`Options` model (rewardprof.environments.options).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     Field,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
-from rewardprof.core.errors import ConfigError  # defined there, raised and re-exported here
+from rewardprof.core.errors import ConfigError  # noqa: F401 (re-export: raised by every config check)
 from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
-from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
-from rewardprof.core.validation import describe_all
-from rewardprof.environments import get_environment_class, known_environments
 
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
@@ -303,78 +296,6 @@ class Config(StrictModel):
             return self.engine.served_model_name
         m = self.engine.model
         return m.split(":", 1)[1] if m.startswith("builtin:") else m
-
-
-def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
-    """Validate a config dict; raise ConfigError with one line per problem found."""
-    try:
-        return _validated(data, origin)
-    except ConfigError as exc:
-        # the message quotes bad values: never a key or a URL password the config names
-        secrets = tuple(config_secrets(data)) if isinstance(data, dict) else ()
-        raise ConfigError(redact(str(exc), secrets)) from None
-
-
-def _validated(data: dict[str, Any], origin: str) -> Config:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as exc:
-        # A dict given for `source` also fails the union's path (string) branch; that half is
-        # noise next to the generator branch's specific errors.
-        errors = [
-            e
-            for e in exc.errors()
-            if not (e["type"] == "string_type" and isinstance(e.get("input"), dict))
-        ] or exc.errors()
-        raise ConfigError(f"{origin}: " + describe_all(errors, Config)) from None
-    known = known_environments()
-    problems = []
-    for i, e in enumerate(cfg.entries):
-        if e.environment not in known:
-            close = difflib.get_close_matches(e.environment, known, n=1, cutoff=0.5)
-            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
-            raise ConfigError(
-                f"{origin}: entries[{i}].environment: unknown environment {e.environment!r}; {hint}"
-            )
-        problems += _options_problems(i, e)
-    if problems:
-        raise ConfigError(f"{origin}: " + "; ".join(problems))
-    return cfg
-
-
-def _options_problems(i: int, entry: Entry) -> list[str]:
-    """What is wrong with entry i's `options`, checked against its environment's Options."""
-    try:
-        model = get_environment_class(entry.environment).Options
-    except (ImportError, AttributeError, TypeError) as exc:  # a plugin that does not load
-        return [
-            f"entries[{i}].environment: environment {entry.environment!r} cannot be loaded: "
-            f"{type(exc).__name__}: {exc}"
-        ]
-    try:
-        model.model_validate(entry.options)
-    except ValidationError as exc:
-        return [describe_all(exc.errors(), model, prefix=f"entries[{i}].options")]
-    return []
-
-
-def load_config(path: str | Path) -> Config:
-    """Load a YAML or JSON config file and validate it; a URL password written into the file
-    is refused (the file may reach a Snakemake report), `${NAME}` is read from the environment."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    cfg = validate_config(data or {}, origin=str(p))
-    refuse_written_passwords(data, origin=str(p))
-    return cfg
 
 
 def json_schema() -> dict[str, Any]:

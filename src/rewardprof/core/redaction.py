@@ -5,7 +5,7 @@ The config holds no key itself: it names environment variables (`engine.api_key_
 (`engine.base_url`, a judge's `base_url`). `config_secrets` collects all of them from a config;
 `install` makes them the process's secrets, and `redact` replaces each (also as JSON escapes
 it and as a URL percent-decodes it) with [REDACTED]. `redact` is applied to every string field
-of a rollout record (stages/rollout/record.py), to every log line (`RedactingFilter`, installed
+of a rollout record (store/record.py), to every log line (`RedactingFilter`, installed
 by cli.py) and to the error lines cli.py prints.
 
 URL passwords must not reach Snakemake at all (a rule's params end up in its printed command

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from rewardprof.core.config import Rollout
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.engine.http_retry import (
     AttemptError,
     RetryPolicy,

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 
 T = TypeVar("T")
 

@@ -1,9 +1,6 @@
-"""Checks that fail a run before any job starts, with one line naming the key, file or URL.
+"""Checks of the engine that fail a run before any job starts, with one line naming the key or
+URL (the sources' checks: sources/checks.py).
 
-- `check_sources(cfg, base_dir)`: every file source is a file and not empty (cheap: no row is
-  read; bad rows are materialize's to report with file:line), every generator has its task
-  (with the nearest name if not). Runs while the Snakefile is parsed, dry runs included, and
-  in `rewardprof validate`.
 - `check_endpoint(cfg)`: endpoint mode only: the server answers `GET <base_url>/models`, accepts
   the API key, and serves the configured model. The Snakefile runs it in `onstart` (never in a
   dry run) when rollout jobs are due, and `rewardprof rollout` runs it before generating.
@@ -21,11 +18,9 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
-from rewardprof.core.config import Config, ConfigError, GeneratorSource
+from rewardprof.core.config import Config, ConfigError
 from rewardprof.core.redaction import public_url
-from rewardprof.sources.generators import check_generator
 
 
 class EndpointUnavailable(ConfigError):
@@ -41,30 +36,6 @@ def api_key_from_env(cfg: Config) -> str | None:
     if not value:
         raise ConfigError(f"engine.api_key_env: environment variable {name} is not set")
     return value
-
-
-def check_sources(cfg: Config, base_dir: str | Path | None = None) -> None:
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
-    for i, entry in enumerate(cfg.entries):
-        if isinstance(entry.source, GeneratorSource):
-            check_generator(entry.source, f"entries[{i}].source")
-            continue
-        path = Path(entry.source)
-        full = path if path.is_absolute() else base / path
-        if not full.exists():
-            raise ConfigError(
-                f"entries[{i}].source: {entry.source}: file not found (relative "
-                f"paths are relative to the working directory {base})"
-            )
-        if not full.is_file():
-            raise ConfigError(
-                f"entries[{i}].source: {entry.source}: is a directory, not a JSONL or Parquet file"
-            )
-        if full.stat().st_size == 0:
-            raise ConfigError(
-                f"entries[{i}].source: {entry.source}: file is empty; entry "
-                f"{entry.label!r} would have no tasks"
-            )
 
 
 def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewardprof.core.schemas import INT32_MAX, TokensSource
+from rewardprof.core.kinds import INT32_MAX, TokensSource
 from rewardprof.engine.http_retry import invalid_reply as invalid
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import PositiveFloat, PositiveInt
 
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.environments.base import (
     Environment,
     RowError,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.environments import instruction_checks as checks
 from rewardprof.environments.base import (
     Environment,

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, PositiveFloat, field_validator
 
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.environments.base import (
     Environment,
     Verdict,

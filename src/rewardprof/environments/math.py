@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.environments.base import (
     Environment,
     Verdict,

@@ -2,7 +2,7 @@
 groups several environments share (a verification timeout, few-shot prompting, a judge client).
 
 An entry's `options:` mapping is validated against its environment's `Options` together with
-the rest of the config (`rewardprof.core.config.validate_config`, before the DAG is built), so
+the rest of the config (`rewardprof.manifest.load.validate_config`, before the DAG is built), so
 a typo fails with one line naming the key, not mid-run. This module imports only pydantic:
 validating a config must not import any verifier library.
 """

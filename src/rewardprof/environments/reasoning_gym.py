@@ -16,7 +16,7 @@ import re
 from functools import cache
 from typing import Any
 
-from rewardprof.core.schemas import FailureKind
+from rewardprof.core.kinds import FailureKind
 from rewardprof.environments.base import (
     Environment,
     RowError,

@@ -4,7 +4,7 @@ Every kept task's original row (the `sample` column of the profile: the source r
 written back with the profile fields attached under `export.profile_key` (`reward_profile`),
 one JSONL file per label and one combined file, plus a kept/dropped report per label.
 
-Keep rules (config `export`): core/keep_rules.py applies them; docs/profile.md lists them. A
+Keep rules (config `export`): decisions/keep_rules.py applies them; docs/profile.md lists them. A
 dropped task is counted under the first rule that drops it, and report.json names every dropped
 task's reason (`dropped_tasks`: reason -> task indices), and the tasks whose decision rests on
 the survivors of failed rollouts (`undecided_by_failures`), kept or dropped per
@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
-from rewardprof.core.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
-from rewardprof.core.keep_rules import KEEP, REASONS, OpenTasks, decision_range
-from rewardprof.core.keep_rules import drop_reasons as rule_reasons
+from rewardprof.decisions.keep_rules import KEEP, REASONS, OpenTasks, decision_range
+from rewardprof.decisions.keep_rules import drop_reasons as rule_reasons
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.store.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
 
 _PROFILE_FIELDS = [
     "task_index",
@@ -67,7 +67,7 @@ def _num(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _columns(cfg: Config, table: pa.Table) -> dict[str, np.ndarray]:
-    """The keep rules' columns (core/keep_rules.py) from a profile table."""
+    """The keep rules' columns (decisions/keep_rules.py) from a profile table."""
     names = set(table.column_names)
     rate = _num(table, cfg.export.pass_rate_column)
     if "num_distinct_rewards" in names:
@@ -89,7 +89,7 @@ def _columns(cfg: Config, table: pa.Table) -> dict[str, np.ndarray]:
 
 def _undecided_by_failures(cfg: Config, table: pa.Table) -> np.ndarray:
     """Tasks whose keep/drop would differ under some outcome of their failed or missing
-    rollouts (core/keep_rules.py, `decision_range`); False where nothing is unknown."""
+    rollouts (decisions/keep_rules.py, `decision_range`); False where nothing is unknown."""
     names = set(table.column_names)
     cols = _columns(cfg, table)
     n = cols["num_rollouts"]

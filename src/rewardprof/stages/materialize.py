@@ -20,7 +20,6 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config, Entry, GeneratorSource
-from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.environments import RowError, make_environment
 from rewardprof.sources.files import (
     ERRORS_SHOWN,
@@ -32,6 +31,7 @@ from rewardprof.sources.files import (
     source_name,
 )
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.store.schemas import TASKS_SCHEMA
 
 # Rows per Parquet row group. Large groups and pages let zstd see more text at once
 # (1/19 -> 1/20+ of the reference's JSONL x 8 on synthetic rows; docs/benchmarks.md) while

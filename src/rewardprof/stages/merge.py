@@ -23,10 +23,11 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import OK
+from rewardprof.core.kinds import OK
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
-from rewardprof.stages.rollout.journal import scan_journal
+from rewardprof.store.journal import scan_journal
+from rewardprof.store.shards import shard_of
 
 
 class MergeError(RewardprofError, RuntimeError):
@@ -39,7 +40,7 @@ def _check_shard(
     keys = pq.read_table(
         path, columns=["task_index", "rollout_index", "task_id", "status"]
     ).to_pandas()
-    wrong_shard = keys[keys["task_index"] % num_shards != shard_index]
+    wrong_shard = keys[shard_of(keys["task_index"], num_shards) != shard_index]
     if len(wrong_shard):
         raise MergeError(
             f"{path}: {len(wrong_shard)} rollouts belong to another shard "

@@ -23,13 +23,13 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
-from rewardprof.core.jsonl import write_table_jsonl
-from rewardprof.core.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
-from rewardprof.core.schemas import OK, FailureKind
-from rewardprof.core.stats import grpo_signal_array, interval_arrays, pass_at_k_array
+from rewardprof.core.kinds import OK, FailureKind
+from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
+from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.profile_summary import label_summary, overall_summary
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
+from rewardprof.store.jsonl import write_table_jsonl
 
 _ROLLOUT_COLS = [
     "task_index",
@@ -106,7 +106,7 @@ def _posterior_cols(
     """post_* columns (docs/profile.md) and each label's fitted priors (for summary.json).
 
     Pass-rate mean and interval: posterior of the pass rate under the label's empirical-Bayes
-    prior, fitted on its tasks' (num_rollouts, num_passed) (core/posterior.py). Signal columns:
+    prior, fitted on its tasks' (num_rollouts, num_passed) (decisions/posterior.py). Signal columns:
     the same posterior for a label whose rewards are all 0/1; for a label with other rewards,
     the posterior of q = P(reward == v*), v* the label's most common reward, under a prior
     fitted the same way on that indicator: 1 - q^G - (1-q)^G is a lower bound of the chance

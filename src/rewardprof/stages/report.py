@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
-from rewardprof.core.layout import REPORT_FILES
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.store.layout import REPORT_FILES
 
 _LABEL_COLUMNS = [
     "label",

@@ -1,25 +1,14 @@
-"""shard: shard i of N owns the tasks with task_index % N == i (every shard gets every mix).
-
-The rollout store is keyed by (task_id, task_index, rollout_index), not by shard, so a new N
-re-partitions the tasks without moving or regenerating any collected rollout.
-"""
+"""shard: write the tasks shard i of N owns (the rule: store/shards.py)."""
 
 from __future__ import annotations
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
-from rewardprof.core.schemas import TASKS_SCHEMA
 from rewardprof.stages import StagePaths, StageReport
-
-
-def _shard_mask(task_index, shard_index: int, num_shards: int):
-    """Boolean mask of task_index % num_shards == shard_index (integer division in Arrow)."""
-    quotient = pc.divide(task_index, num_shards)
-    remainder = pc.subtract(task_index, pc.multiply(quotient, num_shards))
-    return pc.equal(remainder, shard_index)
+from rewardprof.store.schemas import TASKS_SCHEMA
+from rewardprof.store.shards import shard_mask
 
 
 def run(cfg: Config | None, paths: StagePaths) -> StageReport:
@@ -36,7 +25,7 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
         pq.ParquetWriter(tmp, TASKS_SCHEMA, compression="zstd") as writer,
     ):
         for batch in pf.iter_batches(batch_size=8192):
-            part = batch.filter(_shard_mask(batch.column("task_index"), shard_index, num_shards))
+            part = batch.filter(shard_mask(batch.column("task_index"), shard_index, num_shards))
             if part.num_rows:
                 writer.write_batch(part)
                 n += part.num_rows

@@ -28,8 +28,9 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rewardprof.core.layout import RunLayout, parse_shard_name
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import parse_shard_name, shard_of
 from rewardprof.tools import add_run_dir_arguments
 
 
@@ -227,7 +228,7 @@ def _check_shard_tasks(layout: RunLayout, n: int, tasks: _Tasks, problems: list[
         k = _keys(p, ["task_index", "task_id"])
         ti = k["task_index"].astype(np.int64)
         unknown, wrong = tasks.id_mismatch(ti, k["task_id"])
-        other = ~unknown & (ti % n != i)
+        other = ~unknown & (shard_of(ti, n) != i)
         if unknown.any():
             problems.append(f"{p}: {int(unknown.sum())} tasks not in the tasks table")
         _flag(problems, str(p), other, ti, "tasks belong to another shard", "first task_index")
@@ -254,7 +255,7 @@ def _check_shard_outputs(layout: RunLayout, n: int, tasks: _Tasks, problems: lis
             continue
         k = _keys(p, ["task_index", "rollout_index", "task_id"])
         ti = k["task_index"].astype(np.int64)
-        other = ti % n != i
+        other = shard_of(ti, n) != i
         what = "rollouts belong to another shard's task"
         _flag(problems, str(p), other, ti, what, "first task_index")
         _rollout_problems(str(p), k, tasks, problems)

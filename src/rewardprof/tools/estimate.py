@@ -36,9 +36,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from rewardprof.core.config import Config, GeneratorSource, load_config
-from rewardprof.core.layout import RunLayout, parse_shard_name
+from rewardprof.core.config import Config, GeneratorSource
+from rewardprof.manifest.load import load_config
 from rewardprof.sources.files import resolve_source
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import parse_shard_name, writer_prefixes
 from rewardprof.tools.estimate_report import to_markdown
 from rewardprof.tools.estimate_signal import adaptive_rollouts, useful_prediction
 
@@ -67,8 +69,8 @@ def _startup_overhead(layout: RunLayout, spans: pd.Series) -> float | None:
         shard = parse_shard_name(tsv.name, "tsv")
         if shard is None:
             continue
-        prefix = f"s{shard[0]}of{shard[1]}-"  # the job's writer ids (rewardprof rollout)
-        mine = spans[[w for w in spans.index if str(w).startswith(prefix)]]
+        prefixes = writer_prefixes(*shard)  # the job's writer ids (rewardprof rollout)
+        mine = spans[[w for w in spans.index if str(w).startswith(prefixes)]]
         with tsv.open() as f:
             rows = list(csv.DictReader(f, delimiter="\t"))
         if rows and len(mine):

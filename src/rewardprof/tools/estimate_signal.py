@@ -2,7 +2,7 @@
 interval, and the rollouts adaptive sampling would spend.
 
 Useful fraction at K: the share of tasks whose K rollouts are not all equal (so GRPO, and the
-export's default rules, can use them). Under a label's prior (core/posterior.py, fitted on the
+export's default rules, can use them). Under a label's prior (decisions/posterior.py, fitted on the
 pilot's per-task (rollouts, passes)) it is E[1 - p^K - (1-p)^K] over the prior: a task of the
 full sweep is a new draw from the label. The interval is a profile-likelihood interval: the
 smallest and largest useful fraction over the priors whose marginal log-likelihood of the pilot
@@ -11,7 +11,7 @@ is within chi2_1(level) / 2 of the maximum (1.92 at 95 %). An all-fail pilot thu
 large share of tasks with a small pass rate.
 
 Adaptive rollouts: the expected rollouts per task of the `exact` and `bayes` stopping tests
-(core/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
+(decisions/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
 states round by round (each state's next round from its posterior predictive), no simulation.
 """
 
@@ -23,9 +23,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rewardprof.core.adaptive import bayes_stop, exact_stop
-from rewardprof.core.betafn import nelder_mead
-from rewardprof.core.posterior import (
+from rewardprof.decisions.adaptive import bayes_stop, exact_stop
+from rewardprof.decisions.betafn import nelder_mead
+from rewardprof.decisions.posterior import (
     MixturePrior,
     fit_prior,
     grouped_counts,

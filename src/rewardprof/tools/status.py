@@ -23,9 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.layout import RunLayout, parse_shard_name
-from rewardprof.core.schemas import OK
-from rewardprof.stages.rollout.collected import resolve
+from rewardprof.core.kinds import OK
 from rewardprof.stages.rollout.heartbeat import (
     eta_text,
     heartbeat_layouts,
@@ -33,7 +31,10 @@ from rewardprof.stages.rollout.heartbeat import (
     rates,
     read_heartbeats,
 )
-from rewardprof.stages.rollout.journal import JournalScan, scan_journal
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import JournalScan, scan_journal
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import parse_shard_name, shard_of, shard_tag
 from rewardprof.tools import add_run_dir_arguments
 
 
@@ -98,8 +99,8 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
     key = _gen_key(scan, beats)
     winners = resolve(scan, tasks, key).winners if key else pd.DataFrame()
     by_shard: dict[int, Counter[str]] = {i: Counter() for i in range(n)}
-    if len(winners):  # shard i holds the tasks with task_index % n == i
-        sizes = winners.groupby([winners["task_index"] % n, "status"]).size()
+    if len(winners):
+        sizes = winners.groupby([shard_of(winners["task_index"], n), "status"]).size()
         for (i, status), count in sizes.items():
             by_shard[int(i)][status] = int(count)
     expected = tasks.groupby("shard")["num_repeats"].sum().to_dict() if len(tasks) else {}
@@ -122,7 +123,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
             state = "pending" if done == 0 else "not running"
         shards.append(
             {
-                "shard": f"{i}-of-{n}",
+                "shard": shard_tag(i, n),
                 "state": state,
                 "done": done,
                 "expected": exp,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from rewardprof import environments
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
+from rewardprof.manifest.load import validate_config
 
 from .env_helpers import run
 

@@ -9,8 +9,9 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from rewardprof.core.config import ConfigError, validate_config
+from rewardprof.core.config import ConfigError
 from rewardprof.environments import make_environment
+from rewardprof.manifest.load import validate_config
 
 from .env_helpers import FakeJudge, load_cases, run
 

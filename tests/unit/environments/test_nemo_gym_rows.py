@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from rewardprof import cli
-from rewardprof.core.config import validate_config
 from rewardprof.environments import RowError, instruction_checks, make_environment
+from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError, iter_rows
 from rewardprof.stages import StagePaths, materialize
 

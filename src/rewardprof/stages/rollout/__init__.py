@@ -10,7 +10,8 @@ from rewardprof.core.config import Config, ConfigError
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
-from rewardprof.stages.rollout.journal import JournalLocked
+from rewardprof.store.journal import JournalLocked
+from rewardprof.store.shards import shard_tag
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:
@@ -23,7 +24,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     from rewardprof.stages.rollout.adaptive_rounds import load_priors  # lazy: as run_shard
     from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
 
-    tag = f"s{paths.need('shard')}of{paths.need('num_shards')}"
+    tag = shard_tag(paths.need("shard"), paths.need("num_shards"))
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
     priors = load_priors(paths.prior)
     if cfg.adaptive.mode == "bayes" and priors is None:

@@ -1,4 +1,4 @@
-"""Adaptive sampling in the rollout stage: rounds planned by core/adaptive_plan.py.
+"""Adaptive sampling in the rollout stage: rounds planned by decisions/adaptive_plan.py.
 
 A shard's job plans from its journal, samples what the plan is missing, and plans again, until
 every task's decision is settled or it has num_repeats rollouts. The plan is a function of the
@@ -22,16 +22,16 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from rewardprof.core.adaptive_plan import AdaptiveSettings, Plan, Records, plan
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
-from rewardprof.core.posterior import MixturePrior, fit_prior
-from rewardprof.core.schemas import OK
+from rewardprof.core.kinds import OK
+from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.stages import StagePaths
-from rewardprof.stages.rollout.collected import resolve
-from rewardprof.stages.rollout.journal import scan_journal
 from rewardprof.stages.rollout.seeds import gen_key
 from rewardprof.stages.rollout.shard_tasks import missing_indices
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import scan_journal
 
 PLAN_KEY = b"rewardprof.adaptive_plan"
 
@@ -168,7 +168,7 @@ def first_round_only(run, first: int, generate, out: Path) -> dict:
     sent = generate(missing)
     w = _winners(first_tasks, run.journal_dir, run.gen_key)
     summary = {
-        "shard": run.writer_id.split("-", 1)[0],
+        "shard": run.shard_tag,
         "tasks": len(run.tasks),
         "first_round": first,
         "generated": sent,

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
-from rewardprof.core.layout import RunLayout, parse_shard_name
+from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import parse_shard_name
 
 LIVE_STATES = ("starting", "running")
 log = logging.getLogger("rewardprof.stages.rollout")

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import OK, ROLLOUT_SCHEMA
-from rewardprof.stages.rollout.collected import resolve
-from rewardprof.stages.rollout.journal import read_rows, scan_journal
+from rewardprof.core.kinds import OK
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import read_rows, scan_journal
+from rewardprof.store.schemas import ROLLOUT_SCHEMA
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
@@ -111,7 +112,7 @@ def remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
     file (never read: their names start with '.'). Holding the shard lock, no live writer of
     this shard owns one, so they go."""
     stale = [
-        *journal.glob(f".{shard_tag}-*.parquet.tmp"),
+        *journal.glob(f".{shard_tag}_*.parquet.tmp"),  # its writers: store.shards.writer_prefixes
         *out_path.parent.glob(f".{out_path.name}.tmp-*"),
     ]
     for path in stale:

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from rewardprof.core.schemas import TokensSource
+from rewardprof.core.kinds import TokensSource
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
 from rewardprof.stages.rollout.seeds import SEED_SCHEME
 

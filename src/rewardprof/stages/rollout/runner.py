@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
-from rewardprof.core.schemas import OK, FailureKind
+from rewardprof.core.kinds import OK, FailureKind
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
@@ -39,12 +39,9 @@ from rewardprof.stages.rollout.adaptive_rounds import (
     plan_metadata,
     settings_of,
 )
-from rewardprof.stages.rollout.collected import resolve
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
-from rewardprof.stages.rollout.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress, log_done, log_start
-from rewardprof.stages.rollout.record import journal_record
 from rewardprof.stages.rollout.seeds import (
     gen_key,
     legacy_gen_key,
@@ -58,6 +55,9 @@ from rewardprof.stages.rollout.shard_tasks import (
     read_text,
     request_units,
 )
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.store.record import journal_record
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
@@ -90,7 +90,7 @@ class ShardRun:
         self._token_ids = wants_token_ids(cfg)
         # unique per writer, also for two runs of one shard in one process within a second
         self.writer_id = (
-            f"{shard_tag}-{int(time.time())}-{socket.gethostname()}-"
+            f"{shard_tag}_{int(time.time())}-{socket.gethostname()}-"
             f"{os.getpid()}-{next(_WRITER_SEQ)}"
         )
         self.envs: dict[str, Environment] = {}

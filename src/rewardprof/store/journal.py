@@ -37,7 +37,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.schemas import (
+from rewardprof.store.schemas import (
     COLUMN_NAMES,
     KEY_COLUMNS,
     ROLLOUT_SCHEMA,
@@ -45,7 +45,7 @@ from rewardprof.core.schemas import (
     record_problem,
 )
 
-log = logging.getLogger("rewardprof.stages.rollout.journal")
+log = logging.getLogger("rewardprof.store.journal")
 QUARANTINE = "quarantine"  # subdirectory for files that do not parse into the schema
 
 

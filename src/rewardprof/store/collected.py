@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rewardprof.core.schemas import OK
-from rewardprof.stages.rollout.journal import JournalScan
+from rewardprof.core.kinds import OK
+from rewardprof.store.journal import JournalScan
 
 WINNER_COLUMNS = ["task_index", "rollout_index", "status", "reward", "finished_at", "_src", "_row"]
 

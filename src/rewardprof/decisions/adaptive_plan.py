@@ -3,7 +3,7 @@
 `plan` is a pure function of (settings, keep rules, each task's num_repeats K and label, the
 labels' priors, the known rollout results). It replays the rounds from the start: a task first
 needs rollouts 0..first-1; once all of them are known (ok or failed) the stopping test
-(core/adaptive.py) runs on them, and if the decision at K is not settled the task needs
+(decisions/adaptive.py) runs on them, and if the decision at K is not settled the task needs
 `round_size` more, up to K. A round looks only at the rollouts below its size, in index order,
 so the plan does not depend on the order results arrived in, on how tasks are split into shards,
 on concurrency, or on rollouts journaled beyond it (a run killed mid-round replans the same
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rewardprof.core.adaptive import DEFAULT_DELTA, bayes_stop, posterior_fn_for
-from rewardprof.core.keep_rules import OpenTasks, decision_range
-from rewardprof.core.posterior import MixturePrior
+from rewardprof.decisions.adaptive import DEFAULT_DELTA, bayes_stop, posterior_fn_for
+from rewardprof.decisions.keep_rules import OpenTasks, decision_range
+from rewardprof.decisions.posterior import MixturePrior
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from rewardprof.store.shards import parse_shard_name, shard_name
+
 RESULTS = Path("results")
-_SHARD_NAME = re.compile(r"^(\d+)-of-(\d+)\.([A-Za-z0-9]+)$")
 
 # report/: the report stage's figures and tables (docs/profile.md, "Report")
 REPORT_FILES = {
@@ -32,18 +32,6 @@ REPORT_FILES = {
     "labels": "labels.csv",
     "export": "export.csv",
 }
-
-
-def shard_name(i: int | str, n: int | str, suffix: str = "parquet") -> str:
-    return f"{i}-of-{n}.{suffix}"
-
-
-def parse_shard_name(name: str, suffix: str = "parquet") -> tuple[int, int] | None:
-    """(i, n) of a file named `<i>-of-<n>.<suffix>`, else None."""
-    m = _SHARD_NAME.match(name)
-    if m is None or m.group(3) != suffix:
-        return None
-    return int(m.group(1)), int(m.group(2))
 
 
 class RunLayout:
@@ -72,7 +60,7 @@ class RunLayout:
         self.export_combined = self.export_dir / "combined.jsonl"
         self.export_report = self.export_dir / "report.json"
         self.report_dir = root / "report"
-        # the config sections each stage reads, and the whole config (core/run_config.py)
+        # the config sections each stage reads, and the whole config (manifest/run_config.py)
         self.config_dir = root / "config"
         # adaptive sampling (bayes): each shard's first round, then the priors fitted on all
         self.adaptive_dir = root / "adaptive"

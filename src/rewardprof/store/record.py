@@ -3,15 +3,16 @@
 The engine's reply was validated before (rewardprof.engine.reply), so what can still be wrong
 here comes from verification: a reward that is no number, an error or extras text that UTF-8
 cannot hold. Such a record becomes a `verifier_error` naming the field, never a value the
-journal could not write (the journal refuses it: rewardprof.core.schemas.record_problem).
+journal could not write (the journal refuses it: rewardprof.store.schemas.record_problem).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rewardprof.core.kinds import FailureKind
 from rewardprof.core.redaction import redact
-from rewardprof.core.schemas import FailureKind, record_problem
+from rewardprof.store.schemas import record_problem
 
 
 def journal_record(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The two tables that flow between stages, side by side: the tasks table (materialize ->
-shard -> rollout) and the rollout record (rollout -> merge -> profile), with the failure kinds."""
+shard -> rollout) and the rollout record (rollout -> merge -> profile); the status values are
+in core/kinds.py."""
 
 from __future__ import annotations
 
@@ -19,22 +20,6 @@ TASKS_SCHEMA = pa.schema(
     ]
 )
 
-
-class FailureKind:
-    """Values of `status` other than "ok". A failed rollout has reward null, never 0."""
-
-    ENGINE_ERROR = "engine_error"  # 5xx, malformed body, fewer choices than asked
-    TIMEOUT = "timeout"  # no answer within request_timeout_s
-    CONNECTION_ERROR = "connection_error"  # refused / reset
-    RATE_LIMITED = "rate_limited"  # 429 until attempts or retry budget ran out
-    CONTEXT_LENGTH = "context_length"  # prompt + max_tokens exceed the model's context
-    REQUEST_ERROR = "request_error"  # other 4xx: the request itself is wrong
-    VERIFIER_ERROR = "verifier_error"
-    VERIFIER_TIMEOUT = "verifier_timeout"
-    JUDGE_ERROR = "judge_error"
-
-
-OK = "ok"
 
 # Key columns are all a resuming job reads from the journal; completion text is never parsed
 # to find out what is collected.
@@ -75,15 +60,6 @@ ROLLOUT_SCHEMA = pa.schema(
 )
 
 COLUMN_NAMES = ROLLOUT_SCHEMA.names
-INT32_MAX = 2**31 - 1
-
-
-class TokensSource:
-    """Values of `completion_tokens_source`."""
-
-    ENGINE = "engine"
-    USAGE = "usage"
-    APPORTIONED = "apportioned"
 
 
 def conform(table: pa.Table) -> pa.Table:

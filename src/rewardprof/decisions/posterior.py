@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from rewardprof.core.betafn import betainc, betaln, bisect, nelder_mead
+from rewardprof.decisions.betafn import betainc, betaln, bisect, nelder_mead
 
 _BOUND_LOG_AB = (math.log(0.02), math.log(1000.0))
 _BOUND_LOGIT = 25.0

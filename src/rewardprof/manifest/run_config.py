@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.atomic import atomic_path
-from rewardprof.core.config import Config, load_config, validate_config
+from rewardprof.core.config import Config
 from rewardprof.core.redaction import URL_CREDENTIALS_ENV, masked_urls, unmask_urls
+from rewardprof.manifest.load import load_config, validate_config
 
 # The top-level sections each file holds besides `run` and `entries` (None: all of them).
 STAGE_SECTIONS: dict[str, tuple[str, ...] | None] = {

@@ -1,0 +1,90 @@
+"""A config read and checked whole: `validate_config` (the Config model, then each entry's
+environment and options against that environment's `Options`) and `load_config` (a YAML or
+JSON file). Every command, the Snakefile and the stage config files come through here."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from rewardprof.core.config import Config, ConfigError, Entry
+from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
+from rewardprof.core.validation import describe_all
+from rewardprof.environments import get_environment_class, known_environments
+
+
+def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
+    """Validate a config dict; raise ConfigError with one line per problem found."""
+    try:
+        return _validated(data, origin)
+    except ConfigError as exc:
+        # the message quotes bad values: never a key or a URL password the config names
+        secrets = tuple(config_secrets(data)) if isinstance(data, dict) else ()
+        raise ConfigError(redact(str(exc), secrets)) from None
+
+
+def _validated(data: dict[str, Any], origin: str) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        # A dict given for `source` also fails the union's path (string) branch; that half is
+        # noise next to the generator branch's specific errors.
+        errors = [
+            e
+            for e in exc.errors()
+            if not (e["type"] == "string_type" and isinstance(e.get("input"), dict))
+        ] or exc.errors()
+        raise ConfigError(f"{origin}: " + describe_all(errors, Config)) from None
+    known = known_environments()
+    problems = []
+    for i, e in enumerate(cfg.entries):
+        if e.environment not in known:
+            close = difflib.get_close_matches(e.environment, known, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+            raise ConfigError(
+                f"{origin}: entries[{i}].environment: unknown environment {e.environment!r}; {hint}"
+            )
+        problems += _options_problems(i, e)
+    if problems:
+        raise ConfigError(f"{origin}: " + "; ".join(problems))
+    return cfg
+
+
+def _options_problems(i: int, entry: Entry) -> list[str]:
+    """What is wrong with entry i's `options`, checked against its environment's Options."""
+    try:
+        model = get_environment_class(entry.environment).Options
+    except (ImportError, AttributeError, TypeError) as exc:  # a plugin that does not load
+        return [
+            f"entries[{i}].environment: environment {entry.environment!r} cannot be loaded: "
+            f"{type(exc).__name__}: {exc}"
+        ]
+    try:
+        model.model_validate(entry.options)
+    except ValidationError as exc:
+        return [describe_all(exc.errors(), model, prefix=f"entries[{i}].options")]
+    return []
+
+
+def load_config(path: str | Path) -> Config:
+    """Load a YAML or JSON config file and validate it; a URL password written into the file
+    is refused (the file may reach a Snakemake report), `${NAME}` is read from the environment."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    cfg = validate_config(data or {}, origin=str(p))
+    refuse_written_passwords(data, origin=str(p))
+    return cfg
