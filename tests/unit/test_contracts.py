@@ -20,10 +20,12 @@ SHARED = {
     "profile": {"task_profile"},
     "export": {"drop_reasons", "label_weights"},
 }
-# programs the sandbox runs (each reads its argv and pipes when imported), not modules
+# programs the sandbox or the code harness runs (each reads its argv and pipes when
+# imported), not modules
 NOT_MODULES = {
     "rewardprof.environments._sandbox_launcher",
     "rewardprof.environments._sandbox_runner",
+    "rewardprof.environments._code_judge",
 }
 
 
