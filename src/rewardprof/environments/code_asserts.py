@@ -116,32 +116,32 @@ _NODES = (
 )
 
 
-class NotValueShaped(Exception):
+class _NotValueShaped(Exception):
     pass
 
 
 def _check_expression(node: ast.AST, program_names: set[str], own: set[str]) -> int:
-    """How many calls of the program `node` makes; NotValueShaped if it is not pure data."""
+    """How many calls of the program `node` makes; _NotValueShaped if it is not pure data."""
     calls = 0
     for sub in ast.walk(node):
         if not isinstance(sub, _NODES):
-            raise NotValueShaped(type(sub).__name__)
+            raise _NotValueShaped(type(sub).__name__)
         if isinstance(sub, ast.Attribute) and not (
             isinstance(sub.value, ast.Name) and sub.value.id == "math" and sub.attr in SAFE_MATH
         ):
-            raise NotValueShaped("attribute")
+            raise _NotValueShaped("attribute")
         if isinstance(sub, ast.keyword) and sub.arg is None:
-            raise NotValueShaped("**kwargs")
+            raise _NotValueShaped("**kwargs")
         if isinstance(sub, ast.Name) and sub.id in program_names:
             calls += 1  # counted at each use; a use other than a call is refused below
         if isinstance(sub, ast.Name) and sub.id not in program_names | own | set(SAFE_NAMES):
-            raise NotValueShaped(f"name {sub.id}")
+            raise _NotValueShaped(f"name {sub.id}")
     direct = sum(
         isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id in program_names
         for s in ast.walk(node)
     )
     if direct != calls:
-        raise NotValueShaped("a program name used other than called")
+        raise _NotValueShaped("a program name used other than called")
     return calls
 
 
@@ -173,7 +173,7 @@ def value_plan(test: str) -> list[ast.stmt] | None:
                 own.add(stmt.targets[0].id)
             else:
                 return None
-    except NotValueShaped:
+    except _NotValueShaped:
         return None
     return tree.body if calls else None
 
