@@ -199,6 +199,28 @@ def _launcher_report(status_r: int, proc: subprocess.Popen | None, err_path: Pat
     return status
 
 
+def _program_env(scratch: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": scratch,
+        "TMPDIR": scratch,
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _launcher_limits(limits: Limits) -> dict[str, int]:
+    """The rlimits the launcher sets (_sandbox_launcher.set_limits)."""
+    return {
+        "scratch_bytes": limits.scratch_mb << 20,
+        "cpu_s": limits.cpu_s,
+        "memory_mb": limits.memory_mb,
+        "max_output_bytes": limits.max_output_bytes,
+        "nproc": limits.nproc,
+    }
+
+
 def run_program(
     program: str,
     stdin: str,
@@ -228,14 +250,7 @@ def run_program(
     if runner is not None:
         source, config = runner
         argv = [python, "-I", "-c", source, json.dumps({**config, "program": program_path})]
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": scratch,
-        "TMPDIR": scratch,
-        "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = _program_env(scratch)
     try:
         wrapper, launcher_python, cwd = box.command(python, workdir, limits.scratch_mb << 20)
         cgroup = MemoryCgroup.create(limits.memory_mb)
@@ -250,11 +265,7 @@ def run_program(
         "status_fd": status_w,
         "scratch": scratch,
         **box.launcher_options(limits.isolate),
-        "scratch_bytes": limits.scratch_mb << 20,
-        "cpu_s": limits.cpu_s,
-        "memory_mb": limits.memory_mb,
-        "max_output_bytes": limits.max_output_bytes,
-        "nproc": limits.nproc,
+        **_launcher_limits(limits),
         "argv": argv,
         "env": env,
     }
