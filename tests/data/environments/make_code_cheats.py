@@ -549,6 +549,19 @@ GRADER_CHEATS = [
         "def add(a, b):\n    raise ValueError('\\ud800' + '\\0' * 100 + 'x' * 1000000)\n",
     ),
 ]
+MAP_ADD = {
+    "prompt": "Write a function add(a, b) returning a + b.",
+    "test_code": "assert all(map(lambda x: add(x, x) == 2 * x, [1, 2, 3]))\n",
+}
+row("honest_map_add", "honest", MAP_ADD, HONEST_ADD, 1.0, why="test code of the judge shape")
+GRADER_CHEATS.append(
+    (
+        "stop_iteration_ends_map",
+        MAP_ADD,
+        "",
+        "def add(a, b):\n    raise StopIteration\n",
+    )
+)
 for name, task, prelude, add in GRADER_CHEATS:
     failure = "runtime_error" if "exception_text" in name else None
     why = "judged outside the program's process: its patches change only what it computes"
