@@ -15,9 +15,7 @@ and the filesystem view) it does steps 3-5 only; as the fallback without bubblew
   6. a parent-death signal (SIGKILL), set after the uid drop because changing credentials
      clears it.
 What it achieved is written as one JSON line to the status fd (closed on exec). In "kill" mode it
-becomes the sandbox uid and SIGKILLs every process of that uid. In "join" mode it moves itself
-into the sandbox's memory cgroup (sandbox_memory.py) and execs the sandbox's command, so that
-every process of the sandbox is in the cgroup from its start.
+becomes the sandbox uid and SIGKILLs every process of that uid.
 Only the standard library; no rewardprof import (it runs with -I -S).
 """
 
@@ -141,10 +139,6 @@ def program_in_own_pid_namespace(status, fd):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    if cfg["mode"] == "join":
-        with open(cfg["cgroup_procs"], "w") as f:
-            f.write(str(os.getpid()))
-        os.execv(cfg["argv"][0], cfg["argv"])
     fd = cfg["status_fd"]
     if cfg["mode"] == "kill":
         drop_to(cfg["uid"])

@@ -271,9 +271,7 @@ def run_program(
     }
     cmd = [*wrapper, *launcher_command(launcher_python, cfg)]
     if cgroup is not None:  # its first process joins the cgroup, then execs the sandbox
-        cmd = launcher_command(
-            sys.executable, {"mode": "join", "cgroup_procs": cgroup.procs, "argv": cmd}
-        )
+        cmd = cgroup.joining(cmd)
     proc = None
     start = time.monotonic()
     try:

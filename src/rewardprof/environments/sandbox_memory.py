@@ -4,9 +4,9 @@
 as root on a machine that mounts cgroup v1's memory controller (`/sys/fs/cgroup/memory`), each
 run gets a child cgroup `rewardprof-sbx-<worker pid>-<start time>-<n>` with
 `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes`, so swap is no way around it) set to
-`memory_mb` + 64 MiB (OVERHEAD_MB, the sandbox's own processes). The sandbox's first process
-joins it before it execs anything (the launcher's "join" mode), so every process after it is
-inside. When the cgroup is full the kernel's OOM
+`memory_mb` + 64 MiB (OVERHEAD_MB, the sandbox's own processes). The sandbox's first process,
+a shell, joins it and then execs the sandbox (`MemoryCgroup.joining`), so every process of the
+sandbox is inside. When the cgroup is full the kernel's OOM
 killer kills a process in it; the run then reports `memory_oom` and the test's outcome is
 `memory_limit`. The cgroup is removed after the run; those of killed workers by the sweep
 (sandbox_cleanup.py). Elsewhere (no root, cgroup v2 only, not Linux) only the per-process
@@ -69,6 +69,11 @@ class MemoryCgroup:
     @property
     def procs(self) -> str:
         return str(self.path / "cgroup.procs")
+
+    def joining(self, cmd: list[str]) -> list[str]:
+        """`cmd` started by a shell that first moves itself into this cgroup, then execs it:
+        every process of the sandbox is inside from its start (a shell: cheaper than Python)."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', self.procs, *cmd]
 
     def _read(self, name: str) -> str:
         try:
