@@ -12,10 +12,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rewardprof.core.config import Config, ConfigError, Entry
+from rewardprof.core import extras
+from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
+
+# a generator source (core/config.py GeneratorSource) -> the package that generates its tasks
+GENERATOR_PACKAGES = {"reasoning_gym": "reasoning_gym"}
 
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
@@ -54,7 +58,21 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
         problems += _options_problems(i, e)
     if problems:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
+    for i, e in enumerate(cfg.entries):
+        _check_packages(i, e)
     return cfg
+
+
+def _check_packages(i: int, entry: Entry) -> None:
+    """MissingPackage (one line naming the extra) when entry i's environment or generator
+    needs a package of an extra that is not installed."""
+    env = get_environment_class(entry.environment)
+    where = f"entries[{i}] ({entry.label})"
+    extras.check(env.requires, f"{where}: environment {env.name!r}", env.requires_extra)
+    if isinstance(entry.source, GeneratorSource):
+        generator = entry.source.generator
+        package = GENERATOR_PACKAGES[generator]
+        extras.check((package,), f"{where}: source generator {generator!r}", "environments")
 
 
 def _options_problems(i: int, entry: Entry) -> list[str]:

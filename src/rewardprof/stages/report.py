@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
+from rewardprof.core.extras import require
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.store.layout import REPORT_FILES
 
@@ -53,12 +54,7 @@ _MAX_POINTS = 20000
 
 
 def _plt():
-    try:
-        import matplotlib  # optional: the report extra
-    except ModuleNotFoundError:
-        raise SystemExit(
-            "rewardprof report: matplotlib is missing; pip install 'rewardprof[report]'"
-        ) from None
+    matplotlib = require("matplotlib", "rewardprof report (the plots)", "report")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # optional: the report extra
 
