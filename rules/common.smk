@@ -3,14 +3,19 @@
 # before the DAG is built or any job runs.
 import os
 import sys
+from pathlib import Path
 
 from rewardprof.core.config import ConfigError
 from rewardprof.core.extras import MissingPackage
 from rewardprof.manifest.load import validate_config
-from rewardprof.core.overrides import typed_overrides
+from rewardprof.core.overrides import misplaced_target, typed_overrides
 from rewardprof.store.layout import RunLayout
 from rewardprof.core.redaction import refuse_written_passwords
 from rewardprof.manifest.run_config import secret_env
+
+# a target written after --configfile (Snakemake reads it as a config file)
+if problem := misplaced_target(workflow.config_settings.configfiles, Path.cwd()):
+    sys.exit(f"rewardprof: {problem}")
 
 try:
     # values inside a `--config` section come as text (config_settings.config: the --config

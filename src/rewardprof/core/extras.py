@@ -30,7 +30,10 @@ class MissingPackage(RewardprofError, ImportError):
 
 def install_line(extra: str) -> str:
     """How to install an extra: from the source checkout (the README's install), or from PyPI."""
-    return f"pip install -e '.[{extra}]' (in the source checkout; else pip install 'rewardprof[{extra}]')"
+    return (
+        f"pip install -e '.[{extra}]' (in the source checkout; "
+        f"else pip install 'rewardprof[{extra}]')"
+    )
 
 
 def missing_message(package: str, needed_by: str, extra: str) -> str:
