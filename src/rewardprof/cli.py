@@ -34,7 +34,6 @@ from rewardprof.stages import StagePaths, add_path_arguments
 from rewardprof.store.shards import shard_tag
 from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
 
-
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`
 # commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
 ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
