@@ -27,14 +27,12 @@ from rewardprof.core import redaction
 from rewardprof.core.config import Config, ConfigError, json_schema
 from rewardprof.core.errors import RewardprofError
 from rewardprof.engine import model
-from rewardprof.manifest.load import load_overlaid, validate_config
+from rewardprof.manifest.load import validate_config
 from rewardprof.manifest.run_config import load_stage_config
-from rewardprof.sources.checks import check_sources
 from rewardprof.stages import StagePaths, add_path_arguments
 from rewardprof.store.shards import shard_tag
-from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
+from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status, validate
 
-DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`
 # commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
 ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
 
@@ -116,53 +114,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
         print(render_markdown(), end="")
         return 0
     print(json.dumps(json_schema(), indent=2))
-    return 0
-
-
-def _validate_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    p.add_argument(
-        "--overlay",
-        nargs="?",
-        const=DEFAULT_CONFIG,
-        default=None,
-        metavar="BASE",
-        help=f"--config is an overlay: validate it merged onto BASE (default {DEFAULT_CONFIG}), "
-        f"as `snakemake --configfile=FILE` runs it",
-    )
-
-
-def _validated_config(args: argparse.Namespace) -> Config:
-    """The config `validate` checks: the file itself, or merged onto the base (--overlay)."""
-    if not args.overlay:
-        try:
-            return _config(args)
-        except ConfigError as exc:
-            if args.config and "required key is missing" in str(exc):
-                raise ConfigError(
-                    f"{exc} (a partial file that Snakemake merges onto {DEFAULT_CONFIG}? "
-                    f"validate it that way: rewardprof validate --config {args.config} --overlay)"
-                ) from None
-            raise
-    if not args.config:
-        raise ConfigError("--overlay: give the overlay file as --config FILE")
-    cfg = load_overlaid(args.overlay, [args.config])
-    redaction.install(redaction.config_secrets(cfg.model_dump(mode="json")))
-    return cfg
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from rewardprof.tools.row_checks import nltk_report  # lazy: reads the entries' sources
-
-    cfg = _validated_config(args)
-    # what a dry run checks too: every file source is a file, every generator has its task
-    check_sources(cfg)
-    needed, missing = nltk_report(cfg)
-    for line in needed:
-        print(line)
-    if missing:
-        raise ConfigError(missing[0])
-    print(f"ok: run {cfg.run!r}, {len(cfg.entries)} entries, {cfg.num_shards} shards")
     return 0
 
 
@@ -293,7 +244,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command("schema", "print the config JSON schema", _schema_args, cmd_schema),
-    Command("validate", "validate a config", _validate_args, cmd_validate),
+    Command(
+        "validate",
+        "validate a config (--overlay: a partial one, merged onto config/config.yaml)",
+        functools.partial(validate.add_arguments, add_config=_add_config),
+        functools.partial(validate.run_command, load=_config),
+    ),
     Command(
         "materialize",
         "sources -> tasks table + report",
