@@ -211,10 +211,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from rewardprof.stages.adaptive_savings import savings_lines  # lazy: as format_table
     from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
 
     summary = _run_stage("profile", args)
     print(format_table(summary["labels"]), file=sys.stdout, flush=True)
+    for line in savings_lines(summary["adaptive"]) if "adaptive" in summary else []:
+        print(line, flush=True)
     return 0
 
 
