@@ -18,6 +18,7 @@ from rewardprof.engine.model import TOOLS, engine_python, model_key, sweep_stale
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 
+@pytest.mark.timeout(2400)  # a real conversion: ~1 min idle, 10+ min on a loaded machine
 def test_sigkill_mid_conversion_leaves_no_model_dir(tmp_path):
     python = engine_python()
     require("the engine's interpreter", python != sys.executable, "scripts/install-engine.sh")
