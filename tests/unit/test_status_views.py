@@ -165,5 +165,6 @@ def test_job_progress_line_counts_what_earlier_attempts_journaled(tmp_path):
     progress.update(5, 0, 50)
     progress.tick()
     assert "[0-of-2: 245/312]" in run_line.getvalue()
-    assert "245/312 of the shard" in log.getvalue()
+    assert "[0-of-2] 5/72 rollouts, " in log.getvalue()  # this attempt's, then the shard's
+    assert "(shard: 245/312)" in log.getvalue()
     assert json.loads(layout.shard_status(0, 2).read_text())["collected"] == 245

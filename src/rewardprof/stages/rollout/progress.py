@@ -169,11 +169,11 @@ class Progress:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.done / elapsed
         expected = self.heartbeat.data.get("expected") if self.heartbeat else None
-        shard = f"{self.collected()}/{expected} of the shard, " if expected else ""
+        shard = f" (shard: {self.collected()}/{expected})" if expected else ""
         print(
-            f"[{self.label}] {shard}{self.done}/{self.total} rollouts, {rate:.2f} rollouts/s, "
+            f"[{self.label}] {self.done}/{self.total} rollouts, {rate:.2f} rollouts/s, "
             f"{self.tokens / elapsed:.1f} tokens/s, {self.failed} failed, "
-            f"ETA {eta_text(self.total - self.done, rate)}",
+            f"ETA {eta_text(self.total - self.done, rate)}{shard}",
             file=self.stream,
             flush=True,
         )
