@@ -38,7 +38,7 @@ nltk-data: $(VENV)/.nltk-data-installed
 
 install-engine: $(ENGINE_VENV)/.engine-installed
 
-run: $(VENV)/.core-installed $(ENGINE_VENV)/.engine-installed
+run: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)
 
 test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed

@@ -23,7 +23,7 @@ rule adaptive_first_round:
         "rewardprof adaptive-first-round --config {input.cfg} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.done}"
         " --shard {wildcards.i} --num-shards {wildcards.n}"
-        " --engine-log {log.engine} 2> {log.rollout}"
+        " --engine-log {log.engine} 2>> {log.rollout}"
 
 
 rule adaptive_prior:

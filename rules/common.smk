@@ -3,13 +3,19 @@
 # before the DAG is built or any job runs.
 import os
 import sys
+from pathlib import Path
 
 from rewardprof.core.config import ConfigError
+from rewardprof.core.extras import MissingPackage
 from rewardprof.manifest.load import validate_config
-from rewardprof.core.overrides import typed_overrides
+from rewardprof.core.overrides import misplaced_target, typed_overrides
 from rewardprof.store.layout import RunLayout
 from rewardprof.core.redaction import refuse_written_passwords
 from rewardprof.manifest.run_config import secret_env
+
+# a target written after --configfile (Snakemake reads it as a config file)
+if problem := misplaced_target(workflow.config_settings.configfiles, Path.cwd()):
+    sys.exit(f"rewardprof: {problem}")
 
 try:
     # values inside a `--config` section come as text (config_settings.config: the --config
@@ -21,6 +27,8 @@ try:
     refuse_written_passwords(RAW_CONFIG, origin="config")
 except ConfigError as exc:
     sys.exit(f"rewardprof: invalid config: {exc}")
+except MissingPackage as exc:  # an entry needs an extra that is not installed
+    sys.exit(f"rewardprof: {exc}")
 
 # every path of results/<run>/ (rewardprof.store.layout); shard paths keep {i} and {n} as wildcards
 LAYOUT = RunLayout.for_run(CFG.run, CFG.num_shards)
@@ -61,11 +69,12 @@ def final_outputs():
 
 
 def engine_model_input():
-    """The converted model directory when serve mode uses a builtin model, else nothing."""
-    from rewardprof.engine.model import builtin_dir, builtin_name
+    """The converted model's stamp when serve mode uses a builtin model, else nothing (the
+    stamp, not the directory: rules/model.smk)."""
+    from rewardprof.engine.model import builtin_name, builtin_stamp
 
     name = builtin_name(CFG.engine.model) if CFG.engine.mode == "serve" else None
-    return [str(builtin_dir(CFG, name))] if name else []
+    return [str(builtin_stamp(CFG, name))] if name else []
 
 
 def engine_resources():

@@ -25,4 +25,4 @@ rule rollout:
         "rewardprof rollout --config {input.cfg} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.rollouts}"
         " --shard {wildcards.i} --num-shards {wildcards.n} {params.prior}"
-        " --engine-log {log.engine} 2> {log.rollout}"
+        " --engine-log {log.engine} 2>> {log.rollout}"

@@ -15,6 +15,8 @@ import functools
 import importlib
 import json
 import logging
+import os
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -27,10 +29,21 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.engine import model
 from rewardprof.manifest.load import validate_config
 from rewardprof.manifest.run_config import load_stage_config
-from rewardprof.sources.checks import check_sources
 from rewardprof.stages import StagePaths, add_path_arguments
 from rewardprof.store.shards import shard_tag
-from rewardprof.tools import check, estimate, fleet, launch, nltk_data, slurm_config, status
+from rewardprof.tools import (
+    check,
+    estimate,
+    fleet,
+    launch,
+    nltk_data,
+    slurm_config,
+    status,
+    validate,
+)
+
+# commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
+ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
 
 
 class Command(NamedTuple):
@@ -110,21 +123,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
         print(render_markdown(), end="")
         return 0
     print(json.dumps(json_schema(), indent=2))
-    return 0
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from rewardprof.tools.row_checks import nltk_report  # lazy: reads the entries' sources
-
-    cfg = _config(args)
-    # what a dry run checks too: every file source is a file, every generator has its task
-    check_sources(cfg)
-    needed, missing = nltk_report(cfg)
-    for line in needed:
-        print(line)
-    if missing:
-        raise ConfigError(missing[0])
-    print(f"ok: run {cfg.run!r}, {len(cfg.entries)} entries, {cfg.num_shards} shards")
     return 0
 
 
@@ -222,10 +220,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from rewardprof.stages.adaptive_savings import savings_lines  # lazy: as format_table
     from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
 
     summary = _run_stage("profile", args)
     print(format_table(summary["labels"]), file=sys.stdout, flush=True)
+    for line in savings_lines(summary["adaptive"]) if "adaptive" in summary else []:
+        print(line, flush=True)
     return 0
 
 
@@ -255,7 +256,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command("schema", "print the config JSON schema", _schema_args, cmd_schema),
-    Command("validate", "validate a config", _add_config, cmd_validate),
+    Command(
+        "validate",
+        "validate a config (--overlay: a partial one, merged onto config/config.yaml)",
+        functools.partial(validate.add_arguments, add_config=_add_config),
+        functools.partial(validate.run_command, load=_config),
+    ),
     Command(
         "materialize",
         "sources -> tasks table + report",
@@ -370,6 +376,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(redaction.RedactingFilter())
+    if args.command in ATTEMPTS_APPENDED:
+        # the rule appends this job's stderr to the shard's log (`2>>`): each attempt of a
+        # killed or failed job stays there, after the line that says where it began
+        logging.info(
+            "===== %s attempt started on %s (pid %d) =====",
+            args.command,
+            socket.gethostname(),
+            os.getpid(),
+        )
     try:
         return int(args.handler(args) or 0)
     except (RewardprofError, FileNotFoundError) as exc:

@@ -13,7 +13,7 @@ import pytest
 from helpers import require_piece
 
 from rewardprof.engine.host import port_is_free, processes_with_env
-from rewardprof.engine.model import MARKER, convert_builtin, engine_python
+from rewardprof.engine.model import MARKER, convert_builtin, engine_python, model_key
 from rewardprof.engine.server import probe_engine
 from rewardprof.engine.session import EngineError
 from rewardprof.manifest.load import validate_config
@@ -73,8 +73,8 @@ def models_dir() -> Path:
         ok, why = False, str(exc)
     require("the vLLM CPU engine", ok, why)
     d = Path(os.environ.get("REWARDPROF_TEST_MODELS_DIR") or REPO / "resources" / "models")
-    if not (d / MODEL / MARKER).is_file():
-        convert_builtin(MODEL, d / MODEL, python)
+    if not (d / model_key(MODEL) / MARKER).is_file():
+        convert_builtin(MODEL, d / model_key(MODEL), python)
     return d
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -39,3 +40,28 @@ def typed_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         return out
 
     return merged(config, overrides, top=True) if isinstance(config, dict) else config
+
+
+# what a workflow target looks like and a config file does not: a path of a run directory, or a
+# file type no config is written in
+_TARGET_SUFFIXES = (".parquet", ".jsonl", ".csv", ".png", ".tsv", ".html", ".log")
+
+
+def misplaced_target(configfiles: list[Path], cwd: Path) -> str | None:
+    """One line when a word Snakemake read as a config file (`--configfile` takes every word
+    after it) is a target: a file under `results/` or of a data type. Snakemake fails by itself
+    (with a traceback, before any Snakefile runs) on a target that is missing or not text; this
+    catches the ones that parse as YAML/JSON, e.g. `results/<run>/profile/summary.json`."""
+    paths = [Path(p) for p in configfiles]
+    for p in paths:
+        rel = p.relative_to(cwd) if p.is_relative_to(cwd) else p
+        if rel.parts[:1] == ("results",) or rel.suffix in _TARGET_SUFFIXES:
+            configs = " ".join(
+                str(q.relative_to(cwd) if q.is_relative_to(cwd) else q) for q in paths if q != p
+            )
+            return (
+                f"{rel} came after --configfile, so Snakemake read it as a config file; "
+                f"targets go before it: snakemake {rel} --configfile {configs or 'my-config.yaml'}"
+                f" (or write --configfile=FILE, which takes one file)"
+            )
+    return None

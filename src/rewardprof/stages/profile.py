@@ -27,6 +27,7 @@ from rewardprof.core.kinds import OK, FailureKind
 from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
 from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.adaptive_savings import savings
 from rewardprof.stages.profile_summary import label_summary, overall_summary
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.jsonl import write_table_jsonl
@@ -40,6 +41,7 @@ _ROLLOUT_COLS = [
     "completion_tokens",
 ]
 _VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
+AUDIT = Path("adaptive") / "audit.json"  # under results/<run>/ (the adaptive audit's)
 _TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
 
 
@@ -258,5 +260,9 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         "labels": labels,
         "overall": overall_summary(prof),
     }
+    # out is results/<run>/profile: the run's audit, if adaptive sampling wrote one, is beside it
+    saved = savings(tasks, prof, [e["label"] for e in report["entries"]], out.parent / AUDIT)
+    if saved is not None:
+        summary["adaptive"] = saved
     write_json_atomic(out / "summary.json", summary)
     return summary

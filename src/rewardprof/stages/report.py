@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
+from rewardprof.core.extras import require
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.store.layout import REPORT_FILES
 
@@ -53,12 +54,7 @@ _MAX_POINTS = 20000
 
 
 def _plt():
-    try:
-        import matplotlib  # optional: the report extra
-    except ModuleNotFoundError:
-        raise SystemExit(
-            "rewardprof report: matplotlib is missing; pip install 'rewardprof[report]'"
-        ) from None
+    matplotlib = require("matplotlib", "rewardprof report (the plots)", "report")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # optional: the report extra
 
@@ -199,6 +195,17 @@ def _failure_figure(labels: list[dict[str, Any]]):
     return fig
 
 
+def _label_table(summary: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The per-label table; with adaptive sampling, what it saved per label (sent vs fixed K,
+    stopped early) as three more columns."""
+    saved = summary.get("adaptive")
+    if not saved:
+        return _LABEL_COLUMNS, summary["labels"]
+    extra = ["rollouts_sent", "rollouts_at_fixed_k", "tasks_stopped_early"]
+    rows = [{**lab, **saved["labels"].get(lab["label"], {})} for lab in summary["labels"]]
+    return [*_LABEL_COLUMNS, *extra], rows
+
+
 def _write_csv(path: Path, cols: list[str], rows: list[dict[str, Any]]) -> None:
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         w = csv.writer(f)
@@ -219,7 +226,7 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
     _pass_rate_histograms(labels, file["hist"])
     _tokens_vs_pass_rate(paths.need("profile"), labels, file["tokens"])
     _failure_bars(labels, file["failures"])
-    _write_csv(file["labels"], _LABEL_COLUMNS, labels)
+    _write_csv(file["labels"], *_label_table(summary))
     written = [file["hist"], file["tokens"], file["failures"], file["labels"]]
     if paths.export_report:
         ex = json.loads(paths.export_report.read_text())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewardprof.core.errors import RewardprofError
+from rewardprof.core.extras import require
 from rewardprof.tools.slurm_config import user_profile_root
 
 DEFAULT_LOG_DIR = ".snakemake/launch"
@@ -128,8 +129,7 @@ class Controller:
     def checkpoint(self, *args, **kwargs):
         """submitit calls this on timeout/preemption (USR2): stop Snakemake, requeue a fresh
         controller that reruns with --rerun-incomplete."""
-        import submitit  # optional: the slurm extra
-
+        submitit = require("submitit", "rewardprof launch", "slurm")
         print(
             f"rewardprof controller: checkpoint at attempt {self.attempt}: stopping snakemake",
             flush=True,
@@ -162,8 +162,7 @@ class LaunchOptions:
 
 
 def make_executor(opts: LaunchOptions):
-    import submitit  # optional: the slurm extra
-
+    submitit = require("submitit", "rewardprof launch", "slurm")
     folder = Path(opts.log_dir) / "%j"
     if opts.cluster == "slurm":
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=opts.max_requeues)

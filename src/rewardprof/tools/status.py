@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
+from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.stages.rollout.heartbeat import (
     eta_text,
     heartbeat_layouts,
@@ -37,6 +38,7 @@ from rewardprof.store.journal import JournalScan, scan_journal
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name, shard_of, shard_tag
 from rewardprof.tools import add_run_dir_arguments
+from rewardprof.tools.status_eta import duration_text, run_eta_s, startup_s, state_elapsed
 
 
 class StatusError(RewardprofError):
@@ -62,7 +64,12 @@ def _num_shards(layout: RunLayout, given: int | None) -> int:
 
 
 def _shard_tasks(layout: RunLayout, n: int) -> pd.DataFrame:
-    """task_index, task_id, num_repeats, shard of every shard file that exists."""
+    """task_index, task_id, num_repeats, shard of every task: from the materialized table (the
+    plan is whole before any shard file or output exists), else from the shard files."""
+    if layout.tasks.exists():
+        t = pq.read_table(layout.tasks, columns=["task_index", "task_id", "num_repeats"])
+        t = t.to_pandas()
+        return t.assign(shard=shard_of(t["task_index"], n))
     parts = []
     for i in range(n):
         path = layout.shard_tasks(i, n)
@@ -110,6 +117,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         beat, counts = beats.get(i, {}), by_shard[i]
         done = sum(counts.values())
         exp = int(expected[i]) if i in expected else None
+        plan = _adaptive_plan(layout.shard_rollouts(i, n))
         live = is_live(beat, now)
         rate, tokens = rates(beat) if beat else (0.0, 0.0)
         if layout.shard_rollouts(i, n).exists():
@@ -126,8 +134,12 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
             {
                 "shard": shard_tag(i, n),
                 "state": state,
+                "elapsed_s": state_elapsed(state, beat, now),
                 "done": done,
-                "expected": exp,
+                # adaptive sampling: what the finished shard's plan asked for (K is the most)
+                "expected": plan["planned"] if plan else exp,
+                "max_expected": exp,
+                "stopped_early": plan["stopped_early"] if plan else 0,
                 "ok": counts[OK],
                 "failures": {k: v for k, v in sorted(counts.items()) if k != OK},
                 "rollouts_per_s": rate,
@@ -142,6 +154,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
     total_done = sum(s["done"] for s in shards)
     running = [s for s in shards if s["state"] in ("starting", "running")]
     rate = sum(s["rollouts_per_s"] for s in running)
+    eta_s = run_eta_s(shards, startup_s(list(beats.values())), now) if running else None
     failures: Counter[str] = Counter()
     for s in shards:
         failures.update(s["failures"])
@@ -150,6 +163,8 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         "run_dir": str(layout.root),
         "num_shards": n,
         "expected": total_exp,
+        "max_expected": sum(s["max_expected"] or 0 for s in shards),
+        "stopped_early": sum(s["stopped_early"] for s in shards),
         "done": total_done,
         "ok": sum(s["ok"] for s in shards),
         "failures": dict(sorted(failures.items())),
@@ -157,10 +172,25 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         "finished": sum(s["state"] == "done" for s in shards),
         "rollouts_per_s": rate,
         "tokens_per_s": sum(s["tokens_per_s"] for s in running),
-        "eta": eta_text(total_exp - total_done, rate) if running else None,
+        "eta": duration_text(eta_s) if running and eta_s is not None else None,
+        "eta_s": eta_s,
         "stopped": [s["shard"] for s in shards if s["state"] in ("failed", "stopped", "lost")],
         "shards": shards,
         "taken_at": now,
+    }
+
+
+def _adaptive_plan(shard_output: Path) -> dict[str, int] | None:
+    """A finished shard's adaptive plan (in its output's metadata): rollouts planned, tasks
+    stopped early; None for a fixed-K shard or one not finished."""
+    if not shard_output.exists():
+        return None
+    plans = read_plans([shard_output])
+    if plans is None:
+        return None
+    return {
+        "planned": int(plans["planned"].sum()),
+        "stopped_early": int(plans["stopped_early"].sum()),
     }
 
 
@@ -193,23 +223,37 @@ def _kinds(failures: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in failures.items()) or "-"
 
 
-def format_status(st: dict[str, Any]) -> str:
+def _headline(st: dict[str, Any]) -> str:
+    """The counts of the run: done/expected, or, adaptive sampling, planned vs fixed K."""
     pct = 100 * st["done"] / st["expected"] if st["expected"] else 0.0
+    all_done = st["num_shards"] and st["finished"] == st["num_shards"]
+    head = f"{st['done']}/{st['expected']} rollouts ({pct:.1f}%)"
+    if st["max_expected"] != st["expected"]:  # some shard finished with an adaptive plan
+        head += f" (planned; {st['max_expected']} at fixed K)"
+    if all_done:
+        head = f"done: {head}"
+        if st["stopped_early"]:
+            head += f", stopped early {st['stopped_early']} tasks"
+    return head
+
+
+def format_status(st: dict[str, Any]) -> str:
     when = datetime.fromtimestamp(st["taken_at"]).strftime("%H:%M:%S")
     lines = [
-        f"{st['run_dir']} at {when}: {st['done']}/{st['expected']} rollouts ({pct:.1f}%), "
+        f"{st['run_dir']} at {when}: {_headline(st)}, "
         f"{st['ok']} ok, failures: {_kinds(st['failures'])}",
         f"shards: {st['finished']} of {st['num_shards']} done, {st['running']} running, "
         f"{len(st['stopped'])} stopped; {st['rollouts_per_s']:.2f} rollouts/s, "
         f"{st['tokens_per_s']:.0f} tokens/s, ETA {st['eta'] or '-'}",
         "",
-        f"{'shard':<10} {'state':<11} {'done/expected':>15} {'rollouts/s':>10} "
+        f"{'shard':<10} {'state':<11} {'for':>7} {'done/expected':>15} {'rollouts/s':>10} "
         f"{'tokens/s':>9} {'ETA':>7}  failures",
     ]
     for s in st["shards"]:
         exp = "?" if s["expected"] is None else str(s["expected"])
         lines.append(
-            f"{s['shard']:<10} {s['state']:<11} {s['done']:>7}/{exp:<7} "
+            f"{s['shard']:<10} {s['state']:<11} {duration_text(s['elapsed_s']):>7} "
+            f"{s['done']:>7}/{exp:<7} "
             f"{s['rollouts_per_s']:>10.2f} {s['tokens_per_s']:>9.0f} {s['eta'] or '-':>7}  "
             f"{_kinds(s['failures'])}"
         )

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,8 @@ def convert(gguf: Path, out: Path, source: str) -> None:
         raise SystemExit(f"{gguf}: the tokenizer carries no chat template")
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    # host and pid: a later conversion removes it if this one was killed (engine/model.py)
+    tmp = out.parent / f".{out.name}.tmp-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     fresh.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
@@ -105,9 +107,14 @@ def convert(gguf: Path, out: Path, source: str) -> None:
         "seconds": round(time.time() - t0, 1),
     }
     (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    try:
+        os.rename(tmp, out)  # fails if `out` exists: a directory is never replaced or deleted
+    except OSError:
+        if not (out / MARKER).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SystemExit(f"{out} exists and is not a converted model; move it away") from None
+        shutil.rmtree(tmp, ignore_errors=True)  # a concurrent conversion finished first
+        info = json.loads((out / MARKER).read_text())
     print(json.dumps(info))
 
 

@@ -26,6 +26,10 @@ from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name
 
 LIVE_STATES = ("starting", "running")
+# the rate is measured over the last samples of `collected` (rollouts with a final record) the
+# heartbeats took, across attempts: a resumed job shows the rate at once, not 0.00 rollouts/s
+WINDOW_S = 600.0
+WINDOW_SAMPLES = 40
 log = logging.getLogger("rewardprof.stages.rollout")
 
 
@@ -41,7 +45,9 @@ class ShardHeartbeat:
             "pid": os.getpid(),
             "started_at": time.time(),
             "interval_s": interval_s,
+            "window": _previous_window(self.path),
         }
+        self.data["state_since"] = self.data["started_at"]
         self._lock = threading.Lock()
         self._warned = False
 
@@ -61,7 +67,14 @@ class ShardHeartbeat:
         or flaky filesystem) is logged once and never fails the job: the journal is what
         counts."""
         with self._lock:
-            self.data.update(fields, updated_at=time.time())
+            now = time.time()
+            if "state" in fields and fields["state"] != self.data.get("state"):
+                self.data["state_since"] = now
+            if "collected" in fields:
+                sample = [round(now, 3), int(fields["collected"]), self.data["pid"]]
+                window = [s for s in self.data["window"] if now - s[0] <= WINDOW_S]
+                self.data["window"] = [*window, sample][-WINDOW_SAMPLES:]
+            self.data.update(fields, updated_at=now)
             try:
                 write_json_atomic(self.path, self.data)
             except OSError as exc:
@@ -110,6 +123,28 @@ class ShardHeartbeat:
         )
 
 
+def _previous_window(path: Path) -> list[list[float]]:
+    """The rate samples of the shard's previous attempt (its heartbeat file), if any."""
+    try:
+        window = json.loads(path.read_text()).get("window")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [s for s in window if isinstance(s, list) and len(s) == 3] if window else []
+
+
+def window_rate(beat: dict[str, Any]) -> float | None:
+    """Rollouts/s over the heartbeat's window: the sum of the counts' increases over the sum of
+    the time between samples of the same attempt (the gap of a kill and restart is not time
+    spent generating). None: fewer than two samples of one attempt."""
+    window = beat.get("window") or []
+    gained = spent = 0.0
+    for (t0, c0, p0), (t1, c1, p1) in zip(window, window[1:], strict=False):
+        if p0 == p1 and t1 > t0:
+            gained += max(c1 - c0, 0)
+            spent += t1 - t0
+    return gained / spent if spent > 0 else None
+
+
 def read_heartbeats(layout: RunLayout, n: int) -> dict[int, dict[str, Any]]:
     """shard index -> its last heartbeat, for the shards of layout `n` that wrote one."""
     out: dict[int, dict[str, Any]] = {}
@@ -150,12 +185,15 @@ def collected(beat: dict[str, Any]) -> int:
 
 
 def rates(beat: dict[str, Any]) -> tuple[float, float]:
-    """(rollouts/s, completion tokens/s) of the job since it started generating."""
+    """(rollouts/s, completion tokens/s): rollouts over the sliding window (which a resumed
+    job inherits), else since the job started generating; tokens since it started."""
     since = beat.get("generating_since")
+    windowed = window_rate(beat)
     if not since:
-        return 0.0, 0.0
+        return windowed or 0.0, 0.0
     elapsed = max(float(beat.get("updated_at") or since) - float(since), 1e-9)
-    return int(beat.get("generated") or 0) / elapsed, int(beat.get("tokens") or 0) / elapsed
+    rate = int(beat.get("generated") or 0) / elapsed
+    return (rate if windowed is None else windowed), int(beat.get("tokens") or 0) / elapsed
 
 
 def eta_text(remaining: int, rate: float) -> str:

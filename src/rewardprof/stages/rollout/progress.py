@@ -133,11 +133,20 @@ class Progress:
             self.line()
         self.beat("running")
         if self.run_stream is not None and self.heartbeat is not None:
+            # the shard's numbers as status shows them: what earlier attempts journaled too
+            data = self.heartbeat.data
+            expected = data.get("expected") or self.total
             print(
-                f"{self.heartbeat.run_progress_line()} [{self.label}: {self.done}/{self.total}]",
+                f"{self.heartbeat.run_progress_line()} "
+                f"[{self.label}: {self.collected()}/{expected}]",
                 file=self.run_stream,
                 flush=True,
             )
+
+    def collected(self) -> int:
+        """The shard's rollouts with a final record: journaled before this attempt + its own."""
+        journaled = int(self.heartbeat.data.get("journaled_ok") or 0) if self.heartbeat else 0
+        return journaled + self.done
 
     def beat(self, state: str, **fields) -> None:
         if self.heartbeat is None:
@@ -151,6 +160,7 @@ class Progress:
             tokens=self.tokens,
             failures=dict(self.failures),
             last_error=self.last_error,
+            collected=self.collected(),
             **({"replicas": self.replicas()} if self.replicas is not None else {}),
             **fields,
         )
@@ -158,10 +168,12 @@ class Progress:
     def line(self) -> None:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.done / elapsed
+        expected = self.heartbeat.data.get("expected") if self.heartbeat else None
+        shard = f" (shard: {self.collected()}/{expected})" if expected else ""
         print(
             f"[{self.label}] {self.done}/{self.total} rollouts, {rate:.2f} rollouts/s, "
             f"{self.tokens / elapsed:.1f} tokens/s, {self.failed} failed, "
-            f"ETA {eta_text(self.total - self.done, rate)}",
+            f"ETA {eta_text(self.total - self.done, rate)}{shard}",
             file=self.stream,
             flush=True,
         )

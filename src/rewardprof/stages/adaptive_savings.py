@@ -1,0 +1,88 @@
+"""What adaptive sampling saved, said in words at the end of the run (the profile job's
+terminal lines) and in summary.json's `adaptive` section, which the report's tables show:
+rollouts sent against fixed K, tasks stopped early per label, and the audit's agreement with
+fixed K where the run has one (`results/<run>/adaptive/audit.json`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def savings(
+    tasks: pd.DataFrame, prof: pd.DataFrame, labels: list[str], audit_path: Path
+) -> dict[str, Any] | None:
+    """Per label and overall: rollouts sent (the plan's), at fixed K (num_repeats), tasks
+    stopped early; None when the run was not adaptive (no plan in the rollouts)."""
+    if "stopped_early" not in prof:
+        return None
+    by_task = pd.DataFrame(
+        {
+            "label": tasks["label"].to_numpy(),
+            "fixed_k": tasks["num_repeats"].to_numpy(),
+            "sent": prof["expected_num_rollouts"].to_numpy(),
+            "stopped_early": prof["stopped_early"].to_numpy(dtype=bool),
+        }
+    )
+    parts = by_task.groupby("label", sort=False).sum(numeric_only=True)
+    rows = {
+        label: {
+            "rollouts_sent": int(parts.loc[label, "sent"]),
+            "rollouts_at_fixed_k": int(parts.loc[label, "fixed_k"]),
+            "tasks": int((by_task["label"] == label).sum()),
+            "tasks_stopped_early": int(parts.loc[label, "stopped_early"]),
+        }
+        for label in labels
+        if label in parts.index
+    }
+    out: dict[str, Any] = {
+        "rollouts_sent": int(by_task["sent"].sum()),
+        "rollouts_at_fixed_k": int(by_task["fixed_k"].sum()),
+        "tasks_stopped_early": int(by_task["stopped_early"].sum()),
+        "labels": rows,
+    }
+    audit = _audit(audit_path)
+    if audit is not None:
+        out["audit"] = audit
+    return out
+
+
+def _audit(path: Path) -> dict[str, Any] | None:
+    """The audit's overall agreement (audited tasks stopped early whose decision at K is the
+    same), if the run wrote one."""
+    try:
+        overall = json.loads(path.read_text())["overall"]
+        stopped, flipped = int(overall["would_stop_early"]), int(overall["flipped"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {
+        "audited_tasks": int(overall.get("audited_tasks") or 0),
+        "stopped_early": stopped,
+        "agreed": stopped - flipped,
+        "flip_rate_interval": overall.get("flip_rate_interval"),
+    }
+
+
+def savings_lines(saved: dict[str, Any]) -> list[str]:
+    """The end-of-run lines: one overall, one per label, one for the audit."""
+    sent, fixed = saved["rollouts_sent"], saved["rollouts_at_fixed_k"]
+    share = 100 * (1 - sent / fixed) if fixed else 0.0
+    lines = [
+        f"adaptive: {sent} rollouts sent of {fixed} at fixed K ({share:.1f} % saved), "
+        f"{saved['tasks_stopped_early']} tasks stopped early"
+    ]
+    for label, r in saved["labels"].items():
+        lines.append(
+            f"adaptive: {label}: {r['rollouts_sent']} of {r['rollouts_at_fixed_k']} rollouts, "
+            f"{r['tasks_stopped_early']} of {r['tasks']} tasks stopped early"
+        )
+    if audit := saved.get("audit"):
+        lines.append(
+            f"adaptive: audit: {audit['agreed']} of {audit['stopped_early']} audited tasks "
+            f"stopped early agree with fixed K (flip rate 95 % interval "
+            f"{audit['flip_rate_interval']})"
+        )
+    return lines

@@ -1,0 +1,61 @@
+"""What adaptive sampling saved, in words and in the report's label table: rollouts sent vs
+fixed K, tasks stopped early per label, the audit's agreement when the run has one."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from rewardprof.stages.adaptive_savings import savings, savings_lines
+from rewardprof.stages.report import _label_table
+
+
+def _run(tmp_path, audit: dict | None = None):
+    tasks = pd.DataFrame({"label": ["a", "a", "b", "b"], "num_repeats": [8, 8, 8, 8]})
+    prof = pd.DataFrame(
+        {"expected_num_rollouts": [4, 8, 4, 4], "stopped_early": [True, False, True, True]}
+    )
+    path = tmp_path / "adaptive" / "audit.json"
+    if audit is not None:
+        path.parent.mkdir()
+        path.write_text(json.dumps(audit))
+    return savings(tasks, prof, ["a", "b"], path)
+
+
+def test_savings_per_label_and_overall(tmp_path):
+    saved = _run(tmp_path)
+    assert (saved["rollouts_sent"], saved["rollouts_at_fixed_k"]) == (20, 32)
+    assert saved["labels"]["a"] == {
+        "rollouts_sent": 12,
+        "rollouts_at_fixed_k": 16,
+        "tasks": 2,
+        "tasks_stopped_early": 1,
+    }
+    lines = savings_lines(saved)
+    assert (
+        lines[0]
+        == "adaptive: 20 rollouts sent of 32 at fixed K (37.5 % saved), 3 tasks stopped early"
+    )
+    assert "adaptive: b: 8 of 16 rollouts, 2 of 2 tasks stopped early" in lines
+    assert not any("audit" in line for line in lines)  # no audit in this run: none claimed
+
+
+def test_the_audit_agreement_is_said_when_the_run_has_one(tmp_path):
+    overall = {"audited_tasks": 30, "would_stop_early": 20, "flipped": 1}
+    overall["flip_rate_interval"] = [0.001, 0.25]
+    saved = _run(tmp_path, {"overall": overall, "labels": {}})
+    assert saved["audit"]["agreed"] == 19
+    assert "adaptive: audit: 19 of 20 audited tasks stopped early agree" in savings_lines(saved)[-1]
+
+
+def test_fixed_k_run_says_nothing_and_the_report_table_gains_columns_when_adaptive(tmp_path):
+    fixed = pd.DataFrame({"expected_num_rollouts": [8]})
+    assert (
+        savings(pd.DataFrame({"label": ["a"], "num_repeats": [8]}), fixed, ["a"], tmp_path) is None
+    )
+    labels = [{"label": "a", "tasks": 2}, {"label": "b", "tasks": 2}]
+    cols, rows = _label_table({"labels": labels, "adaptive": _run(tmp_path)})
+    assert cols[-3:] == ["rollouts_sent", "rollouts_at_fixed_k", "tasks_stopped_early"]
+    assert rows[1]["rollouts_sent"] == 8 and rows[1]["tasks_stopped_early"] == 2
+    assert _label_table({"labels": labels})[0][-1] == "truncation_rate"
