@@ -144,6 +144,10 @@ class Rollout(StrictModel, RetryOptions):
     """Requests in flight."""
     request_timeout_s: PositiveFloat = 600
     """Per-request timeout; past it the attempt fails as a timeout."""
+    max_chars_per_token: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Most characters a completion may have per token of sampling.max_tokens; a longer one
+    (and a reply body larger than such completions need) is an engine_error `reply_too_large`,
+    stopped while reading."""
     retry_budget_s: PositiveFloat = 1800
     """Most time one request may spend retrying, in total."""
     endpoint_down_s: PositiveFloat = 60.0

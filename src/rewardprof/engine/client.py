@@ -3,7 +3,8 @@
 One `complete()` call asks for `n` samples with seed `s` (vLLM gives choice j the seed s + j, so
 a rollout's text depends only on its own seed, whichever request it came from). Transient
 errors (connection, timeout, 5xx, 429, a reply that does not validate into the record's types:
-`rewardprof.engine.reply`) are retried with exponential backoff and jitter, honouring
+`rewardprof.engine.reply`) are retried; a reply larger than `max_tokens` allows
+(`rollout.max_chars_per_token`) is `reply_too_large` once read that far, never read whole, with exponential backoff and jitter, honouring
 Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
 other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server that returns
 fewer choices than asked is asked again, at once, for the missing ones only.
@@ -33,7 +34,7 @@ from rewardprof.engine.http_retry import (
     with_retries,
 )
 from rewardprof.engine.liveness import EndpointLiveness, is_connect_failure
-from rewardprof.engine.reply import Choice, parse_choices
+from rewardprof.engine.reply import Choice, ReplyBounds, parse_choices
 
 
 @dataclass
@@ -73,7 +74,7 @@ class ChatClient:
         )
         self.rng = rng or random.Random()
 
-    async def _post(self, body: dict[str, Any]) -> Any:
+    async def _post(self, body: dict[str, Any], max_bytes: int) -> Any:
         return await post_json(
             self.session,
             self.url,
@@ -81,6 +82,7 @@ class ChatClient:
             self.settings.request_timeout_s,
             self.headers,
             secret=self._secret,
+            max_bytes=max_bytes,
         )
 
     async def complete(self, body: dict[str, Any]) -> ChatResult:
@@ -90,6 +92,8 @@ class ChatClient:
         base_seed = body.get("seed")
         pending = list(range(n))  # original indices still missing
         result = ChatResult()
+        # what a reply can hold, from max_tokens: more is reply_too_large, found while reading
+        bounds = ReplyBounds.of_request(body, self.settings.max_chars_per_token)
 
         async def attempt(number: int) -> None:
             result.attempts += 1  # over every round (see the loop below)
@@ -100,8 +104,8 @@ class ChatClient:
             if base_seed is not None:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
-            payload = await self._observed(self._post(req))
-            choices, prompt_tokens = parse_choices(payload, n - first)
+            payload = await self._observed(self._post(req, bounds.body_bytes(n - first)))
+            choices, prompt_tokens = parse_choices(payload, n - first, bounds)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens
             got = {first + c.index: c for c in choices}
