@@ -126,7 +126,11 @@ def _choice(c: Any, pos: int, n: int, bounds: ReplyBounds) -> Choice:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
         raise invalid(f"{where}.index {index!r} out of range")
     content = msg.get("content")
-    if bounds.max_chars is not None and isinstance(content, str) and len(content) > bounds.max_chars:
+    if (
+        bounds.max_chars is not None
+        and isinstance(content, str)
+        and len(content) > bounds.max_chars
+    ):
         raise reply_too_large(
             f"{where}.message.content has {len(content)} characters, over {bounds.max_chars}"
         )
