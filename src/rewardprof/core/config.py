@@ -1,8 +1,9 @@
 """The run manifest: one pydantic model is the single source of truth for every config key.
 
-The Snakefile validates Snakemake's merged `config` dict through `validate_config` (manifest/load.py) before it
-builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
-key fails with one line naming it, whichever door it came through. Each entry's `options` are
+The Snakefile validates Snakemake's merged `config` dict through `validate_config`
+(manifest/load.py) before it builds the DAG, and every `rewardprof <stage>` command
+re-validates what it is given, so a bad key fails with one line naming it, whichever door it
+came through. Each entry's `options` are
 checked there too, against its environment's `Options` model (rewardprof.environments.options).
 """
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardprof.core.kinds import TokensSource
-from rewardprof.engine.http_retry import invalid_reply as invalid
 from rewardprof.engine.http_retry import DEFAULT_MAX_REPLY_BYTES, reply_too_large
+from rewardprof.engine.http_retry import invalid_reply as invalid
 
 MAX_COUNT = 1 << 30  # no real request or reply has this many tokens
 # The finish reasons of the OpenAI API and vLLM; anything else is not a reply to trust.
