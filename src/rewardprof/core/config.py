@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -22,9 +23,32 @@ from pydantic import (
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # noqa: F401 (re-export: raised by every config check)
-from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
+from rewardprof.core.limits import (
+    MAX_NAME_LENGTH,
+    MAX_OPTIONS_DEPTH,
+    MAX_OPTIONS_VALUES,
+    structure_problem,
+)
 
+# A label or run name names files and directories (profile/by_label/<label>.parquet): letters,
+# digits, _ . - and at most MAX_NAME_LENGTH of them.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Name = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=MAX_NAME_LENGTH)]
+# Characters a shell reads as more than a path; a path the rules hand to a shell (quoted there
+# too) never has them.
+_SHELL_SPECIAL = set("$`;|&<>(){}[]!*?\"'\\#")
+
+
+def _plain_path(value: str) -> str:
+    bad = sorted({c for c in value if c in _SHELL_SPECIAL or not c.isprintable()})
+    if bad:
+        raise ValueError(f"must be a plain path; it has {''.join(bad)!r}")
+    if not value or len(value) > 4096:
+        raise ValueError("must be a path of 1 to 4096 characters")
+    return value
+
+
+PlainPath = Annotated[str, AfterValidator(_plain_path)]
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
 # r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
@@ -48,8 +72,8 @@ class GeneratorSource(StrictModel):
 class Entry(StrictModel):
     """One environment dataset of the blend; manifest order fixes task_index offsets."""
 
-    label: str = Field(pattern=LABEL_PATTERN)
-    """Unique name of this entry."""
+    label: Name
+    """Unique name of this entry (letters, digits, _ . -; at most 64)."""
     environment: str
     """Registry name of the environment (verifier)."""
     source: str | GeneratorSource
@@ -116,7 +140,7 @@ class Engine(StrictModel):
     max_n: Annotated[int, Field(ge=1)] = 16
     """Most samples asked for in one request (n); 1 sends one per rollout."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Extra fields merged into every request body."""
+    """Extra fields merged into every request body (at most 100,000 values, 32 levels)."""
     return_token_ids: bool | None = None
     """Ask for each sample's token ids (`return_token_ids: true`, a vLLM extension) so
     completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
@@ -128,16 +152,24 @@ class Engine(StrictModel):
     """Extra environment variables for the vLLM server."""
     startup_timeout_s: PositiveFloat = 900
     """How long serve mode waits for the server to become ready."""
-    python: str | None = None
+    python: PlainPath | None = None
     """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
     $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
     host: str = "127.0.0.1"
     """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
     keeps it private to the node)."""
-    models_dir: str = "resources/models"
+    models_dir: PlainPath = "resources/models"
     """Where builtin models are converted to (<dir>/<name>)."""
     stop_grace_s: PositiveFloat = 20
     """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body_stays_small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class Rollout(StrictModel, RetryOptions):
@@ -241,8 +273,8 @@ class Adaptive(StrictModel):
 
 
 class Config(StrictModel):
-    run: str = Field("demo", pattern=LABEL_PATTERN)
-    """Outputs go to results/<run>/."""
+    run: Name = "demo"
+    """Outputs go to results/<run>/ (letters, digits, _ . -; at most 64)."""
     num_shards: PositiveInt = 2
     """Rollout jobs; shard i owns tasks with task_index % N == i."""
     entries: list[Entry] = Field(min_length=1)
