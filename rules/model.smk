@@ -10,7 +10,9 @@ rule model_convert:
     output:
         directory(f"{CFG.engine.models_dir}/{{model}}"),
     params:
-        python=f"--python {CFG.engine.python}" if CFG.engine.python else "",
+        # config text reaches the shell only quoted (:q below; engine.python and models_dir
+        # are also validated as plain paths)
+        python=["--python", CFG.engine.python] if CFG.engine.python else [],
     wildcard_constraints:
         model="|".join(BUILTIN_MODELS),
     log:
@@ -20,4 +22,5 @@ rule model_convert:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof model convert {wildcards.model} --out {output} {params.python} > {log} 2>&1"
+        "rewardprof model convert {wildcards.model:q} --out {output:q} {params.python:q}"
+        " > {log:q} 2>&1"
