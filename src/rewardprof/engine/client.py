@@ -5,9 +5,9 @@ a rollout's text depends only on its own seed, whichever request it came from). 
 errors (connection, timeout, 5xx, 429, a reply that does not validate into the record's types:
 `rewardprof.engine.reply`) are retried with exponential backoff and jitter, honouring
 Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
-other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`), and so does a reply
-larger than `max_tokens` allows (`rollout.max_chars_per_token`): `reply_too_large`, found
-while reading, never read whole. A server that returns
+other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A reply larger than
+`max_tokens` allows (`rollout.max_chars_per_token`) is `reply_too_large`, found while reading,
+never read whole. A server that returns
 fewer choices than asked is asked again, at once, for the missing ones only.
 While no request gets any answer (`EndpointLiveness`), a request whose attempts all ended in
 connection errors is not recorded as failed: it keeps asking until the endpoint answers again or

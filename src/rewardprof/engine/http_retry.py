@@ -107,9 +107,9 @@ def invalid_reply(what: str) -> AttemptError:
 
 
 def reply_too_large(what: str) -> AttemptError:
-    """A reply over its bound: an engine_error, not retried (the same seeded request gets the
-    same reply; a proxy's bomb would come again)."""
-    return AttemptError(FailureKind.ENGINE_ERROR, f"{REPLY_TOO_LARGE}: {what}", False)
+    """A reply over its bound: an engine_error, retried like any invalid reply (each attempt
+    costs at most the bound)."""
+    return AttemptError(FailureKind.ENGINE_ERROR, f"{REPLY_TOO_LARGE}: {what}", True)
 
 
 async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:

@@ -233,9 +233,7 @@ class FakeOpenAI:
     async def _models(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
             return denied
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        )
+        return web.json_response({"object": "list", "data": [{"id": self.model}]})
 
     def _next_fault(self, body: dict) -> str | None:
         with self._lock:
