@@ -210,7 +210,7 @@ def test_basic_auth_of_a_url_password_is_masked_in_every_form(config):
     unknown = base64.b64encode(b"someone:else-secret").decode()
     for quoted in (
         f"Authorization: Basic {unknown}",
-        f'{{"authorization": "Bearer sk-unknown-0123456789abcdef"}}',
+        '{"authorization": "Bearer sk-unknown-0123456789abcdef"}',
         f"{{'Authorization': 'Basic {unknown}'}}",
     ):
         assert "else-secret" not in redaction.redact(quoted)

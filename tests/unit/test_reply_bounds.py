@@ -24,9 +24,9 @@ def _reply(*choices, usage=None) -> dict:
     return payload
 
 
-def _failure(payload, n, bounds=ReplyBounds()) -> AttemptError:
+def _failure(payload, n, bounds: ReplyBounds | None = None) -> AttemptError:
     with pytest.raises(AttemptError) as info:
-        parse_choices(payload, n, bounds)
+        parse_choices(payload, n, bounds or ReplyBounds())
     assert info.value.kind == FailureKind.ENGINE_ERROR and info.value.retry
     return info.value
 
