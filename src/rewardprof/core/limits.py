@@ -30,6 +30,13 @@ def structure_problem(
 ) -> str | None:
     """What makes `value` too deep or too big (one phrase), else None; with `max_text`, a
     string (value or key) longer than that is too big too."""
+    return _walk(value, max_depth, max_values, max_text)[0]
+
+
+def _walk(
+    value: Any, max_depth: int, max_values: int | None, max_text: int | None
+) -> tuple[str | None, int]:
+    """(structure_problem's answer, how many values it looked at)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     seen = 0
     while stack:
@@ -38,10 +45,11 @@ def structure_problem(
         if max_values is not None and seen > max_values:
             return (
                 f"more than {max_values} values (YAML anchors and aliases count every time "
-                f"they repeat)"
+                f"they repeat)",
+                seen,
             )
         if max_text is not None and isinstance(item, str) and len(item) > max_text:
-            return f"a text of {len(item)} characters (at most {max_text})"
+            return f"a text of {len(item)} characters (at most {max_text})", seen
         if isinstance(item, dict):
             children: Any = [*item.values(), *item.keys()] if max_text else item.values()
         elif isinstance(item, (list, tuple)):
@@ -49,9 +57,9 @@ def structure_problem(
         else:
             continue
         if depth > max_depth:
-            return f"nested deeper than {max_depth} levels"
+            return f"nested deeper than {max_depth} levels", seen
         stack.extend((c, depth + 1) for c in children)
-    return None
+    return None, seen
 
 
 def config_problem(data: Any) -> str | None:
@@ -66,25 +74,13 @@ def config_problem(data: Any) -> str | None:
             parts = [(f"[{i}]", e) for i, e in enumerate(section)]
         for sub, value in parts:
             where = str(key) if sub is None else f"{key}{sub}" if sub[:1] == "[" else f"{key}.{sub}"
-            problem = structure_problem(value, MAX_CONFIG_DEPTH, budget, MAX_CONFIG_TEXT)
+            problem, seen = _walk(value, MAX_CONFIG_DEPTH, budget, MAX_CONFIG_TEXT)
             if problem and problem.startswith("more than"):
-                problem = f"the config has more than {MAX_CONFIG_VALUES} values by here" + (
-                    " (YAML anchors and aliases count every time they repeat)"
+                problem = (
+                    f"the config has more than {MAX_CONFIG_VALUES} values by here (YAML "
+                    f"anchors and aliases count every time they repeat)"
                 )
             if problem:
                 return f"{where[:80]}: {problem}"
-            budget -= _count(value, budget)
+            budget -= seen
     return None
-
-
-def _count(value: Any, most: int) -> int:
-    """Values in `value` (aliases counted each time), stopping at `most`."""
-    stack, seen = [value], 0
-    while stack and seen < most:
-        item = stack.pop()
-        seen += 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return seen
