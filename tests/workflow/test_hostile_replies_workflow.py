@@ -173,8 +173,8 @@ def test_oversized_replies_stay_bounded_and_a_damaged_segment_is_regenerated(tmp
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert sorted(kit.request_pairs(server.requests[before:])) == lost_pairs
     assert (journal / "quarantine" / segment.name).exists() and not segment.exists()
-    log = (tmp_path / "results/t/logs").rglob("rollout*")
-    lines = [ln for p in log if p.is_file() for ln in p.read_text().splitlines()]
+    logs = [p for p in (tmp_path / "results/t/logs").rglob("*") if p.is_file()]
+    lines = [ln for p in logs for ln in p.read_text().splitlines()]
     named = [ln for ln in lines if str(segment) in ln and "not a readable Parquet file" in ln]
     assert len(named) == 1, lines[-20:]
     rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
