@@ -175,7 +175,7 @@ def test_oversized_replies_stay_bounded_and_a_damaged_segment_is_regenerated(tmp
     assert (journal / "quarantine" / segment.name).exists() and not segment.exists()
     logs = [p for p in (tmp_path / "results/t/logs").rglob("*") if p.is_file()]
     lines = [ln for p in logs for ln in p.read_text().splitlines()]
-    named = [ln for ln in lines if str(segment) in ln and "not a readable Parquet file" in ln]
+    named = [ln for ln in lines if segment.name in ln and "not a readable Parquet file" in ln]
     assert len(named) == 1, lines[-20:]
     rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
     assert rollouts["status"].eq("ok").all() and len(rollouts) == K * len(tasks)
