@@ -20,10 +20,10 @@ rule adaptive_first_round:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof adaptive-first-round --config {input.cfg} --tasks {input.tasks}"
-        " --journal {params.journal} --out {output.done}"
-        " --shard {wildcards.i} --num-shards {wildcards.n}"
-        " --engine-log {log.engine} 2>> {log.rollout}"
+        "rewardprof adaptive-first-round --config {input.cfg:q} --tasks {input.tasks:q}"
+        " --journal {params.journal:q} --out {output.done:q}"
+        " --shard {wildcards.i:q} --num-shards {wildcards.n:q}"
+        " --engine-log {log.engine:q} 2>> {log.rollout:q}"
 
 
 rule adaptive_prior:
@@ -40,5 +40,5 @@ rule adaptive_prior:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof adaptive-prior --config {input.cfg} --tasks {input.tasks}"
-        " --journal {params.journal} --out {output.prior} {input.first_rounds} 2> {log}"
+        "rewardprof adaptive-prior --config {input.cfg:q} --tasks {input.tasks:q}"
+        " --journal {params.journal:q} --out {output.prior:q} {input.first_rounds:q} 2> {log:q}"

@@ -18,5 +18,5 @@ rule export:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof export --config {input.cfg} --profile {input.profile}"
-        " --report {input.report} --out {params.out} 2> {log} | tee -a {log}"
+        "rewardprof export --config {input.cfg:q} --profile {input.profile:q}"
+        " --report {input.report:q} --out {params.out:q} 2> {log:q} | tee -a {log:q}"

@@ -12,5 +12,5 @@ rule materialize:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof materialize --config {input.cfg}"
-        " --tasks {output.tasks} --report {output.report} 2> {log}"
+        "rewardprof materialize --config {input.cfg:q}"
+        " --tasks {output.tasks:q} --report {output.report:q} 2> {log:q}"

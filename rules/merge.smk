@@ -14,5 +14,5 @@ rule merge:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof merge --tasks {input.tasks} --journal {params.journal}"
-        " --out {output.rollouts} --report {output.report} {input.shards} 2> {log}"
+        "rewardprof merge --tasks {input.tasks:q} --journal {params.journal:q}"
+        " --out {output.rollouts:q} --report {output.report:q} {input.shards:q} 2> {log:q}"

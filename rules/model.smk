@@ -18,6 +18,8 @@ rule model_convert:
     output:
         f"{CFG.engine.models_dir}/{{model}}-c{CONVERTER_VERSION}.json",
     params:
+        # config text reaches the shell only quoted (:q below; models_dir is also validated
+        # as a plain path)
         out=lambda wildcards: f"{CFG.engine.models_dir}/{model_key(wildcards.model)}",
     wildcard_constraints:
         model="|".join(BUILTIN_MODELS),
@@ -28,5 +30,5 @@ rule model_convert:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof model convert {wildcards.model} --out {params.out} --stamp {output}"
-        " > {log} 2>&1"
+        "rewardprof model convert {wildcards.model:q} --out {params.out:q} --stamp {output:q}"
+        " > {log:q} 2>&1"

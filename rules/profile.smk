@@ -19,6 +19,6 @@ rule profile:
         "../envs/core.yaml"
     shell:
         # the per-environment table goes to the log and to the terminal
-        "rewardprof profile --config {input.cfg} --tasks {input.tasks}"
-        " --rollouts {input.rollouts} --report {input.report} --out {params.out}"
-        " 2> {log} | tee -a {log}"
+        "rewardprof profile --config {input.cfg:q} --tasks {input.tasks:q}"
+        " --rollouts {input.rollouts:q} --report {input.report:q} --out {params.out:q}"
+        " 2> {log:q} | tee -a {log:q}"

@@ -40,5 +40,5 @@ rule report:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof report --profile {input.profile} --summary {input.summary}"
-        " --export-report {input.export} --out {params.out} > {log} 2>&1"
+        "rewardprof report --profile {input.profile:q} --summary {input.summary:q}"
+        " --export-report {input.export:q} --out {params.out:q} > {log:q} 2>&1"

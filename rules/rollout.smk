@@ -11,7 +11,7 @@ rule rollout:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
-        prior=f"--prior {LAYOUT.adaptive_prior}" if BAYES else "",
+        prior=["--prior", str(LAYOUT.adaptive_prior)] if BAYES else [],
     resources:
         engine_slots=engine_resources(),
     log:
@@ -22,7 +22,7 @@ rule rollout:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof rollout --config {input.cfg} --tasks {input.tasks}"
-        " --journal {params.journal} --out {output.rollouts}"
-        " --shard {wildcards.i} --num-shards {wildcards.n} {params.prior}"
-        " --engine-log {log.engine} 2>> {log.rollout}"
+        "rewardprof rollout --config {input.cfg:q} --tasks {input.tasks:q}"
+        " --journal {params.journal:q} --out {output.rollouts:q}"
+        " --shard {wildcards.i:q} --num-shards {wildcards.n:q} {params.prior:q}"
+        " --engine-log {log.engine:q} 2>> {log.rollout:q}"

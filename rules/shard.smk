@@ -10,5 +10,5 @@ rule shard:
     conda:
         "../envs/core.yaml"
     shell:
-        "rewardprof shard --tasks {input.tasks} --out {output.tasks}"
-        " --shard {wildcards.i} --num-shards {wildcards.n} 2> {log}"
+        "rewardprof shard --tasks {input.tasks:q} --out {output.tasks:q}"
+        " --shard {wildcards.i:q} --num-shards {wildcards.n:q} 2> {log:q}"

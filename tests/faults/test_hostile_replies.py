@@ -16,7 +16,7 @@ from harness import shardkit as kit
 from rewardprof.stages.rollout.runner import run_shard
 from rewardprof.store.journal import QUARANTINE, scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
-from rewardprof.testing.hostile_replies import MANGLE, RAW
+from rewardprof.testing.hostile_replies import MANGLE, RAW, STREAMED
 
 # fault -> what the failed rollouts' error says
 REASONS = {
@@ -28,17 +28,33 @@ REASONS = {
     "surrogate": "invalid reply: choices[0].message.content is not valid Unicode",
     "usage_str": "invalid reply: usage is str, not an object",
     "usage_tokens_str": "invalid reply: usage.completion_tokens is str, not an integer",
-    "tokens_huge": "invalid reply: usage.prompt_tokens is 1099511627776, outside [0, 2147483647]",
+    "tokens_huge": "invalid reply: usage.prompt_tokens is 1099511627776, outside [0, 1073741824]",
     "not_utf8": "invalid reply: body is not UTF-8 (byte 0xff at ",
     "not_utf8_500": "HTTP 500: <html><body>Erreur interne : le mandataire a \ufffdchou\ufffd",
     "deep_json": "invalid reply: body JSON is nested too deep",
     "huge_int": "invalid reply: malformed JSON in body (Exceeds the limit",
+    "duplicate_index": "invalid reply: choices[2].index 0 repeats choices[0]",
+    "finish_reason_huge": "invalid reply: choices[0].finish_reason 'stopstopstop",
+    "usage_huge": "invalid reply: usage.completion_tokens is 1073741824, outside [0, ",
+    "gzip_bomb": "reply_too_large: body over ",
+    "endless": "reply_too_large: body over ",
+    "huge_completion": "reply_too_large: body over ",
 }
+# accepted, normalized: "LENGTH" and "length\0" are truncations
+NORMALIZED = {"finish_reason_upper", "finish_reason_nul"}
 HARD_TASK = "What is 1 + 3?"
 
 
 def test_every_hostile_reply_has_a_reason():
-    assert sorted(REASONS) == sorted([*MANGLE, *RAW])
+    assert sorted([*REASONS, *NORMALIZED]) == sorted([*MANGLE, *RAW, *STREAMED])
+
+
+@pytest.mark.parametrize("fault", sorted(NORMALIZED))
+def test_an_odd_spelling_of_length_is_a_truncation(tmp_path, server, fault):
+    server.faults.append(fault)
+    summary, rec = _shard(tmp_path, server, num_tasks=1)
+    assert rec["status"].tolist() == ["ok", "ok"] and server.stats["requests"] == 1
+    assert rec["finish_reason"].tolist() == ["length", "length"]
 
 
 @pytest.fixture

@@ -174,3 +174,57 @@ def test_a_bad_last_line_without_newline_keeps_the_valid_records(tmp_path):
     assert sorted(scan.keys.column("rollout_index").to_pylist()) == [0, 1, 2]
     assert (tmp_path / "quarantine" / tail.name).exists()
     assert scan.sources == [tmp_path / "w1.000000.parquet"]
+
+
+def test_a_tail_is_compacted_before_it_outgrows_its_reader(tmp_path, monkeypatch):
+    """Segments are bounded in bytes, not only in records: no segment holds more than its
+    reader can (Arrow: 2 GiB per column); here the bound is made small."""
+    from rewardprof.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "SEGMENT_MAX_BYTES", 3000)
+    w = JournalWriter(tmp_path, "w", interval_s=3600, max_records=10_000)
+    for i in range(10):
+        w.append(dict(_rec(0, i), completion="x" * 1000))
+    w.close()
+    segments = sorted(tmp_path.glob("*.parquet"))
+    assert len(segments) >= 4  # about 2 records of ~1.2 kB per 3 kB segment
+    import pyarrow.parquet as pq
+
+    assert all(pq.read_metadata(p).num_rows <= 2 for p in segments)  # 3 would be over 3 kB
+    assert scan_journal(tmp_path).keys.num_rows == 10
+    with pytest.raises(ValueError, match="journal record of"):  # one record is bounded too
+        monkeypatch.setattr(journal_module, "MAX_RECORD_BYTES", 500)
+        JournalWriter(tmp_path, "v", 3600, 10).append(dict(_rec(1, 0), completion="y" * 600))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "oversized"])
+def test_a_segment_no_reader_can_use_is_quarantined_and_its_pairs_are_missing(
+    tmp_path, monkeypatch, caplog, damage
+):
+    import logging
+
+    from rewardprof.store import quarantine
+
+    for writer, first in (("a", 0), ("b", 5)):
+        w = JournalWriter(tmp_path, writer, interval_s=3600, max_records=100)
+        for i in range(first, first + 5):
+            w.append(_rec(i, 0))
+        w.close()
+    bad = tmp_path / "b.000000.parquet"
+    if damage == "truncated":
+        bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    elif damage == "garbage":
+        bad.write_bytes(b"PAR1" + b"\xff" * 500 + b"PAR1")
+    else:
+        monkeypatch.setattr(
+            quarantine, "READ_LIMIT_BYTES", (tmp_path / "a.000000.parquet").stat().st_size + 1
+        )
+        bad.write_bytes(bad.read_bytes() + b"\0" * 100)  # larger than any writer writes
+    with caplog.at_level(logging.WARNING, logger="rewardprof.store.journal"):
+        scan = scan_journal(tmp_path)
+    assert sorted(scan.keys.column("task_index").to_pylist()) == [0, 1, 2, 3, 4]
+    assert scan.quarantined == 1
+    assert (tmp_path / "quarantine" / bad.name).exists() and not bad.exists()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and str(bad) in lines[0] and "generated again" in lines[0]
+    assert scan_journal(tmp_path).quarantined == 0  # the next scan finds nothing wrong

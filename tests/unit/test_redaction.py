@@ -79,9 +79,10 @@ def test_a_verdict_that_does_not_fit_the_record_is_a_verifier_error():
     out = journal_record(rec)
     assert out["status"] == FailureKind.VERIFIER_ERROR and out["reward"] is None
     assert out["error"] == "the verdict does not fit the record: reward is bool, not a number"
+    # text UTF-8 cannot hold is cleaned, not a failure (store/record.py): the verdict stands
     out = journal_record(dict(rec, reward=1.0, extras='{"x": "\ud800"}'))
-    assert out["status"] == FailureKind.VERIFIER_ERROR
-    assert "extras is not valid Unicode" in out["error"]
+    assert out["status"] == "ok" and out["reward"] == 1.0
+    assert json.loads(out["extras"]) == {"x": "\ufffd"}
 
 
 def test_log_lines_are_redacted(config, caplog):
@@ -192,3 +193,64 @@ def test_a_config_file_with_a_written_password_does_not_load(tmp_path, monkeypat
     engine["base_url"] = "https://u:${RP_PW}@h:1/v1"
     p.write_text(json.dumps({"entries": [entry], "engine": engine}))
     assert load_config(p).engine.base_url == "https://u:from-the-environment@h:1/v1"
+
+
+def test_basic_auth_of_a_url_password_is_masked_in_every_form(config):
+    """The Authorization header aiohttp builds from user:password@ (base64 of the decoded
+    pair), the decoded pair itself, and any quoted Authorization value or Basic/Bearer
+    credential, known or not."""
+    import base64
+
+    redaction.install(redaction.config_secrets(config))
+    pair = "user:pa@ss-SENTINEL"
+    b64 = base64.b64encode(pair.encode()).decode()
+    text = f"got Authorization: Basic {b64}; decoded: {pair}; raw {b64}"
+    clean = redaction.redact(text)
+    assert "SENTINEL" not in clean and b64 not in clean
+    unknown = base64.b64encode(b"someone:else-secret").decode()
+    for quoted in (
+        f"Authorization: Basic {unknown}",
+        '{"authorization": "Bearer sk-unknown-0123456789abcdef"}',
+        f"{{'Authorization': 'Basic {unknown}'}}",
+    ):
+        assert "else-secret" not in redaction.redact(quoted)
+        assert unknown not in redaction.redact(quoted) and "0123456789" not in redaction.redact(
+            quoted
+        )
+    # prose is not a credential
+    prose = "a basic example; the bearer of news; Basic arithmetic"
+    assert redaction.redact(prose) == prose
+
+
+def test_status_file_and_status_output_hold_no_credential(tmp_path, monkeypatch, capsys):
+    """The rollout job's status file (last_error quoting a server's error body) is written
+    through the redaction path, and `rewardprof status`, which knows no secret, masks any
+    credential an older file may quote."""
+    import base64
+
+    from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+    from rewardprof.store.layout import RunLayout
+
+    monkeypatch.setattr(redaction, "_active", ())
+    redaction.install(["pw-STATUS-SENTINEL"])
+    b64 = base64.b64encode(b"u:pw-STATUS-SENTINEL").decode()
+    layout = RunLayout(tmp_path / "results/r")
+    beat = ShardHeartbeat(layout, 0, 1, 30.0)
+    beat.write(state="failed", last_error=f"HTTP 500: pw-STATUS-SENTINEL Basic {b64}")
+    text = beat.path.read_text()
+    assert "SENTINEL" not in text and b64 not in text and "[REDACTED]" in text
+    # an older file with the credential in clear; status has no secrets installed
+    monkeypatch.setattr(redaction, "_active", ())
+    data = json.loads(text)
+    data["last_error"] = f"HTTP 401: Authorization: Basic {b64}"
+    beat.path.write_text(json.dumps(data))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    layout.shards_dir.mkdir(parents=True, exist_ok=True)
+    shard = pa.table({"task_index": [0], "task_id": ["a"], "num_repeats": [1]})
+    pq.write_table(shard, layout.shard_tasks(0, 1))
+    assert cli.main(["status", str(layout.root), "--num-shards", "1"]) == 0
+    out = capsys.readouterr()
+    assert "Authorization: Basic [REDACTED]" in out.out  # the error is shown, masked
+    assert b64 not in out.out + out.err

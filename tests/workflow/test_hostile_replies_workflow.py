@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from harness import shardkit as kit
@@ -87,3 +88,95 @@ def test_hostile_replies_fail_their_rollouts_and_a_rerun_fills_them(tmp_path):
     assert rollouts["status"].eq("ok").all() and len(rollouts) == K * (len(FAULTS) + HEALTHY)
     cfg = validate_config(yaml.safe_load(config.read_text()))
     assert kit.check_records(rollouts, tasks, cfg) == []
+
+
+# replies too large to hold: each must end as reply_too_large, read only up to its bound
+OVERSIZED = ("gzip_bomb", "endless", "huge_completion")
+RSS_LIMIT_KB = 500 * 1024
+
+
+def _snakemake_max_rss(tmp_path, *args: str) -> tuple[int, str, int]:
+    """Run the real Snakefile; (exit code, output, the largest RSS in KiB that Snakemake or
+    any process it waited for reached: wait4's ru_maxrss covers every waited-for
+    descendant, so the rollout job's peak is at most this)."""
+    import os
+    import subprocess
+
+    from helpers import _snakemake_call
+
+    cmd, env = _snakemake_call(tmp_path, args, None)
+    log = tmp_path / f"snakemake-{len(list(tmp_path.glob('snakemake-*.log')))}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=out)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, log.read_text(), usage.ru_maxrss
+
+
+def test_oversized_replies_stay_bounded_and_a_damaged_segment_is_regenerated(tmp_path):
+    hostile = {kit.question(i): fault for i, fault in enumerate(OVERSIZED)}
+    kit.write_source(tmp_path / "data/m.jsonl", len(OVERSIZED) + HEALTHY)
+
+    def fault_for(body: dict) -> str | None:
+        prompt = json.dumps(body["messages"])
+        return next((f for q, f in hostile.items() if q in prompt), None)
+
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}]
+    with FakeOpenAI(kit.answer, fault_fn=fault_for) as server:
+        cfg = endpoint_config(
+            server.base_url,
+            entries,
+            num_shards=1,
+            sampling={"max_tokens": 64},
+            rollout={"max_attempts": 2, "max_failed_fraction": 1.0},
+        )
+        config = write_config(tmp_path, cfg)
+        code, out, max_rss_kb = _snakemake_max_rss(tmp_path, "--configfile", str(config))
+        assert code == 0, out[-4000:]
+        assert "Traceback" not in out
+        bench = pd.read_csv(next((tmp_path / "results/t/benchmarks/rollout").glob("*")), sep="\t")
+        print(
+            f"oversized replies: peak RSS of snakemake and its jobs {max_rss_kb / 1024:.0f} MB; "
+            f"rollout job benchmark max_rss {bench['max_rss'].iloc[0]} MB"
+        )
+        assert max_rss_kb < RSS_LIMIT_KB, max_rss_kb
+        for fault in OVERSIZED:
+            assert server.stats[f"fault:{fault}"] == 2, fault  # both attempts, then given up
+        rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+        tasks = kit.load_tasks(tmp_path / "results/t/materialize/tasks.parquet")
+        question = tasks.set_index("task_index")["row"].map(lambda r: json.loads(r)["question"])
+        failed = rollouts[rollouts["task_index"].map(question).isin(hostile)]
+        assert len(failed) == K * len(OVERSIZED)
+        assert failed["status"].eq("engine_error").all()
+        assert failed["error"].str.startswith("reply_too_large: body over ").all()
+        assert failed["completion"].isna().all()
+        assert rollouts.loc[~rollouts.index.isin(failed.index), "status"].eq("ok").all()
+
+        # the server heals: the rerun completes every pair
+        server.fault_fn = None
+        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config))
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+        assert rollouts["status"].eq("ok").all() and len(rollouts) == K * (len(tasks))
+
+        # a journal segment damaged by hand: quarantined with one line naming it, and the
+        # rollouts it held are generated again (and only those)
+        journal = tmp_path / "results/t/rollouts/journal"
+        segment = max(journal.glob("*.parquet"), key=lambda p: pq.read_metadata(p).num_rows)
+        lost = pq.read_table(segment, columns=["task_index", "seed", "status"]).to_pandas()
+        lost = lost[lost["status"] == "ok"]  # its failed records were superseded by the rerun
+        lost_pairs = sorted(zip(lost["task_index"].map(question), lost["seed"], strict=True))
+        assert lost_pairs
+        segment.write_bytes(segment.read_bytes()[: segment.stat().st_size // 2])
+        before = len(server.requests)
+        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config))
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        assert sorted(kit.request_pairs(server.requests[before:])) == lost_pairs
+    assert (journal / "quarantine" / segment.name).exists() and not segment.exists()
+    logs = [p for p in (tmp_path / "results/t/logs").rglob("*") if p.is_file()]
+    lines = [ln for p in logs for ln in p.read_text().splitlines()]
+    named = [ln for ln in lines if segment.name in ln and "not a readable Parquet file" in ln]
+    assert len(named) == 1, lines[-20:]
+    rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+    assert rollouts["status"].eq("ok").all() and len(rollouts) == K * len(tasks)
+    assert scan_journal(journal).bad_files == 0  # nothing left that a later run trips on

@@ -208,3 +208,55 @@ def test_written_url_password_is_refused_before_anything_runs(tmp_path, monkeypa
     out = capsys.readouterr()
     assert "engine.base_url: the URL's password is written" in out.err
     assert password not in out.out + out.err
+
+
+def test_basic_auth_quoted_by_the_server_is_never_written(tmp_path):
+    """A URL password given as ${NAME}; the server quotes the Authorization header it got
+    (as sent, the base64 of user:password, and decoded) in every reply and, for one task, in
+    an error body every time. No file under the working directory (results/, .snakemake/,
+    logs, the status files), no printed output and no `rewardprof status` holds the password,
+    user:password or its base64."""
+    import base64
+    import subprocess
+    import sys
+
+    password = f"pw-BASIC-SENTINEL-{secrets.token_hex(8)}"
+    pair = f"rp-user:{password}"
+    b64 = base64.b64encode(pair.encode()).decode()
+    kit.write_source(tmp_path / "data/m.jsonl", 3)
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
+    env = {"RP_BASIC_PW": password}
+    failing = kit.question(1)
+    outputs = []
+    with FakeOpenAI(kit.answer, basic_auth=("rp-user", password), echo_auth=True) as server:
+        server.fault_fn = lambda body: "auth_echo" if failing in str(body["messages"]) else None
+        url = server.base_url.replace("http://", "http://rp-user:${RP_BASIC_PW}@")
+        cfg = endpoint_config(
+            url, entries, num_shards=1, rollout={"max_failed_fraction": 1.0, "max_attempts": 2}
+        )
+        config = write_config(tmp_path, cfg)
+        r = snakemake(tmp_path, "-p", "--configfile", str(config), env=env)
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        assert server.stats["auth_ok"] >= 2 and server.stats["auth_failed"] == 0
+        assert server.stats["fault:auth_echo"] == 2
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "rewardprof"), "status", "results/t"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    outputs.append(status.stdout + status.stderr)
+    assert status.returncode == 0, outputs[-1]
+    rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
+    ok = rollouts[rollouts["status"] == "ok"]
+    failed = rollouts[rollouts["status"] != "ok"]
+    # the replies quoted the header and the pair: what was kept holds the mask instead
+    assert len(ok) == 4 and ok["completion"].str.contains(r"Basic \[REDACTED\]").all()
+    assert ok["completion"].str.contains(r"decoded: \[REDACTED\]").all()
+    assert len(failed) == 2 and failed["error"].str.contains(r"HTTP 500: .*\[REDACTED\]").all()
+    beat = (tmp_path / "results/t/rollouts/status/0-of-1.json").read_text()
+    assert "[REDACTED]" in beat  # the status file's last_error quoted the header, masked
+    for needle in (password, pair, b64):
+        assert _files_containing(tmp_path, needle.encode()) == [], needle
+        assert not [o for o in outputs if needle in o], needle

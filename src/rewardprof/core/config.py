@@ -23,9 +23,17 @@ from pydantic import (
 from rewardprof.core.config_engine import Engine, Fleet
 from rewardprof.core.config_types import RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # noqa: F401 (re-export: raised by every config check)
-from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
+from rewardprof.core.limits import (
+    MAX_NAME_LENGTH,
+    MAX_OPTIONS_DEPTH,
+    MAX_OPTIONS_VALUES,
+    structure_problem,
+)
 
+# A label or run name names files and directories (profile/by_label/<label>.parquet): letters,
+# digits, _ . - and at most MAX_NAME_LENGTH of them.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Name = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=MAX_NAME_LENGTH)]
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
 # r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
@@ -49,8 +57,8 @@ class GeneratorSource(StrictModel):
 class Entry(StrictModel):
     """One environment dataset of the blend; manifest order fixes task_index offsets."""
 
-    label: str = Field(pattern=LABEL_PATTERN)
-    """Unique name of this entry."""
+    label: Name
+    """Unique name of this entry (letters, digits, _ . -; at most 64)."""
     environment: str
     """Registry name of the environment (verifier)."""
     source: str | GeneratorSource
@@ -106,6 +114,10 @@ class Rollout(StrictModel, RetryOptions):
     """Requests in flight."""
     request_timeout_s: PositiveFloat = 600
     """Per-request timeout; past it the attempt fails as a timeout."""
+    max_chars_per_token: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Most characters a completion may have per token of sampling.max_tokens; a longer one
+    (and a reply body larger than such completions need) is an engine_error `reply_too_large`,
+    stopped while reading."""
     retry_budget_s: PositiveFloat = 1800
     """Most time one request may spend retrying, in total."""
     endpoint_down_s: PositiveFloat = 60.0
@@ -198,8 +210,8 @@ class Adaptive(StrictModel):
 
 
 class Config(StrictModel):
-    run: str = Field("demo", pattern=LABEL_PATTERN)
-    """Outputs go to results/<run>/."""
+    run: Name = "demo"
+    """Outputs go to results/<run>/ (letters, digits, _ . -; at most 64)."""
     num_shards: PositiveInt = 2
     """Rollout jobs; shard i owns tasks with task_index % N == i."""
     entries: list[Entry] = Field(min_length=1)

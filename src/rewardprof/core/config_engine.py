@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
-from rewardprof.core.config_types import HttpUrl, StrictModel
+from rewardprof.core.config_types import HttpUrl, PlainPath, StrictModel
+from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
 
 
 class Engine(StrictModel):
@@ -43,7 +44,7 @@ class Engine(StrictModel):
     max_n: Annotated[int, Field(ge=1)] = 16
     """Most samples asked for in one request (n); 1 sends one per rollout."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Extra fields merged into every request body."""
+    """Extra fields merged into every request body (at most 100,000 values, 32 levels)."""
     return_token_ids: bool | None = None
     """Ask for each sample's token ids (`return_token_ids: true`, a vLLM extension) so
     completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
@@ -55,13 +56,13 @@ class Engine(StrictModel):
     """Extra environment variables for the vLLM server."""
     startup_timeout_s: PositiveFloat = 900
     """How long serve mode waits for the server to become ready."""
-    python: str | None = None
+    python: PlainPath | None = None
     """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
     $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
     host: str = "127.0.0.1"
     """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
     keeps it private to the node)."""
-    models_dir: str = "resources/models"
+    models_dir: PlainPath = "resources/models"
     """Where builtin models are converted to (<dir>/<name>)."""
     stop_grace_s: PositiveFloat = 20
     """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
@@ -74,6 +75,15 @@ class Engine(StrictModel):
     """Serve mode: independent vLLM replicas the rollout job starts in its Slurm allocation
     (with nodes 1: one per node, several per node when there are more replicas than nodes),
     balanced by the rollout client."""
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body_stays_small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # before anything copies or sends it: an anchor bomb expands to billions
+        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class Fleet(StrictModel):

@@ -23,6 +23,23 @@ class StrictModel(BaseModel):
     )
 
 
+# Characters a shell reads as more than a path; a path the rules hand to a shell (quoted there
+# too) never has them.
+_SHELL_SPECIAL = set("$`;|&<>(){}[]!*?\"'\\#")
+
+
+def _plain_path(value: str) -> str:
+    bad = sorted({c for c in value if c in _SHELL_SPECIAL or not c.isprintable()})
+    if bad:
+        raise ValueError(f"must be a plain path; it has {''.join(bad)!r}")
+    if not value or len(value) > 4096:
+        raise ValueError("must be a path of 1 to 4096 characters")
+    return value
+
+
+PlainPath = Annotated[str, AfterValidator(_plain_path)]
+
+
 # `${NAME}` in a URL: that environment variable's value (see HttpUrl)
 URL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

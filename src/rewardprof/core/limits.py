@@ -16,10 +16,27 @@ MAX_ROW_BYTES = 64 << 20  # one JSONL line; longer is a broken file, not a task
 MAX_ROW_DEPTH = 64  # nesting of objects and lists in one row
 MAX_OPTIONS_VALUES = 100_000  # values in one entry's options, aliases expanded
 MAX_OPTIONS_DEPTH = 32
+# The whole config: each top-level section (and each entry) is checked before it is validated,
+# copied or written out, so no free-form value (engine.extra_body, a generator's config,
+# serve_env, ...) is unbounded.
+MAX_CONFIG_VALUES = 500_000
+MAX_CONFIG_DEPTH = 40
+MAX_CONFIG_TEXT = 1 << 20  # characters of one string (a judge's prompt template fits)
+MAX_NAME_LENGTH = 64  # a label or run name: it names files and directories
 
 
-def structure_problem(value: Any, max_depth: int, max_values: int | None = None) -> str | None:
-    """What makes `value` too deep or too big (one phrase), else None."""
+def structure_problem(
+    value: Any, max_depth: int, max_values: int | None = None, max_text: int | None = None
+) -> str | None:
+    """What makes `value` too deep or too big (one phrase), else None; with `max_text`, a
+    string (value or key) longer than that is too big too."""
+    return _walk(value, max_depth, max_values, max_text)[0]
+
+
+def _walk(
+    value: Any, max_depth: int, max_values: int | None, max_text: int | None
+) -> tuple[str | None, int]:
+    """(structure_problem's answer, how many values it looked at)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     seen = 0
     while stack:
@@ -28,15 +45,42 @@ def structure_problem(value: Any, max_depth: int, max_values: int | None = None)
         if max_values is not None and seen > max_values:
             return (
                 f"more than {max_values} values (YAML anchors and aliases count every time "
-                f"they repeat)"
+                f"they repeat)",
+                seen,
             )
+        if max_text is not None and isinstance(item, str) and len(item) > max_text:
+            return f"a text of {len(item)} characters (at most {max_text})", seen
         if isinstance(item, dict):
-            children: Any = item.values()
+            children: Any = [*item.values(), *item.keys()] if max_text else item.values()
         elif isinstance(item, (list, tuple)):
             children = item
         else:
             continue
         if depth > max_depth:
-            return f"nested deeper than {max_depth} levels"
+            return f"nested deeper than {max_depth} levels", seen
         stack.extend((c, depth + 1) for c in children)
+    return None, seen
+
+
+def config_problem(data: Any) -> str | None:
+    """What makes a config (as loaded) too deep or too big, naming where: `engine.extra_body:
+    nested deeper than 40 levels`; else None. At most MAX_CONFIG_VALUES steps in all."""
+    if not isinstance(data, dict):
+        return None
+    budget = MAX_CONFIG_VALUES
+    for key, section in data.items():
+        parts = section.items() if isinstance(section, dict) else [(None, section)]
+        if key == "entries" and isinstance(section, list):
+            parts = [(f"[{i}]", e) for i, e in enumerate(section)]
+        for sub, value in parts:
+            where = str(key) if sub is None else f"{key}{sub}" if sub[:1] == "[" else f"{key}.{sub}"
+            problem, seen = _walk(value, MAX_CONFIG_DEPTH, budget, MAX_CONFIG_TEXT)
+            if problem and problem.startswith("more than"):
+                problem = (
+                    f"the config has more than {MAX_CONFIG_VALUES} values by here (YAML "
+                    f"anchors and aliases count every time they repeat)"
+                )
+            if problem:
+                return f"{where[:80]}: {problem}"
+            budget -= seen
     return None

@@ -4,9 +4,13 @@ The config holds no key itself: it names environment variables (`engine.api_key_
 `api_key_env` in an entry's options) whose values are keys. A URL may carry `user:password@`
 (`engine.base_url`, a judge's `base_url`). `config_secrets` collects all of them from a config;
 `install` makes them the process's secrets, and `redact` replaces each (also as JSON escapes
-it and as a URL percent-decodes it) with [REDACTED]. `redact` is applied to every string field
-of a rollout record (store/record.py), to every log line (`RedactingFilter`, installed
-by cli.py) and to the error lines cli.py prints.
+it, as a URL percent-decodes it, and a URL's `user:password` decoded and as the base64 that
+HTTP Basic auth sends) with [REDACTED]; it also masks the value of any Authorization header,
+`Basic …` or `Bearer …` credential quoted in a text, whether or not it is a known secret.
+`redact` is the one path for everything written or printed: every string field of a rollout
+record (store/record.py), the HTTP clients' error details (engine/http_retry.py), every log
+line (`RedactingFilter`, installed by cli.py), the error lines cli.py prints, the rollout
+jobs' status files (stages/rollout/heartbeat.py) and `rewardprof status`.
 
 URL passwords must not reach Snakemake at all (a rule's params end up in its printed command
 and in .snakemake/metadata): `masked_urls` gives the config a rule passes on, each URL's
@@ -16,9 +20,11 @@ job, which `unmask_urls` puts back (cli.py, when a stage reads its config).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -97,7 +103,15 @@ def config_secrets(data: dict[str, Any]) -> list[str]:
             if parts.password:
                 userinfo = parts.netloc.rpartition("@")[0]
                 found |= {userinfo, parts.password, urllib.parse.unquote(parts.password)}
+                found |= set(basic_auth_forms(parts.username or "", parts.password))
     return sorted((s for s in found if len(s) >= _MIN_LENGTH), key=len, reverse=True)
+
+
+def basic_auth_forms(username: str, password: str) -> tuple[str, str]:
+    """A URL's user and password as HTTP Basic auth carries them: `user:password` decoded, and
+    its base64 (the Authorization header's value, as aiohttp builds it from the URL)."""
+    pair = f"{urllib.parse.unquote(username)}:{urllib.parse.unquote(password)}"
+    return pair, base64.b64encode(pair.encode("latin-1", "replace")).decode("ascii")
 
 
 def refuse_written_passwords(data: Any, origin: str = "config") -> None:
@@ -142,11 +156,38 @@ def _forms(secrets: list[str]) -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
+# A credential quoted in a text: an Authorization header's value (JSON, Python repr or HTTP
+# form), or a `Basic <base64>` / `Bearer <token>` anywhere. Masked whether or not the secret is
+# known to this process (`rewardprof status` reads files and knows none).
+_HEADER_VALUE = re.compile(
+    r"""(?i)(authorization['"]?\s*[:=]\s*['"]?)((?:basic|bearer)\s+)?[^\s'",;}]+"""
+)
+_SCHEME_VALUE = re.compile(r"(?i)\b(basic|bearer)(\s+)([A-Za-z0-9+/=._~-]{8,})")
+
+
+def _credential(match: re.Match[str]) -> str:
+    """A `Basic`/`Bearer` match masked when it is a credential, not prose ("a basic example"):
+    Basic's base64 decodes to `user:password`; a bearer token has a digit and 16+ characters."""
+    scheme, space, value = match.groups()
+    if scheme.lower() == "basic":
+        try:
+            is_secret = b":" in base64.b64decode(value, validate=True)
+        except ValueError:
+            is_secret = False
+    else:
+        is_secret = len(value) >= 16 and any(c.isdigit() for c in value)
+    return scheme + space + MASK if is_secret else match.group(0)
+
+
 def redact(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """`text` with every installed secret (or each of `secrets`) replaced by [REDACTED]."""
-    for secret in _active if secrets is None else _forms(list(secrets)):
+    """`text` with every installed secret, and each of `secrets`, replaced by [REDACTED], and
+    any quoted Authorization header value or Basic/Bearer credential masked."""
+    for secret in _active + (_forms(list(secrets)) if secrets else ()):
         if secret in text:
             text = text.replace(secret, MASK)
+    if "uthori" in text or "asic" in text or "earer" in text:
+        text = _HEADER_VALUE.sub(lambda m: m.group(1) + (m.group(2) or "") + MASK, text)
+        text = _SCHEME_VALUE.sub(_credential, text)
     return text
 
 

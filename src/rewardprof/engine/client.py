@@ -5,8 +5,10 @@ a rollout's text depends only on its own seed, whichever request it came from). 
 errors (connection, timeout, 5xx, 429, a reply that does not validate into the record's types:
 `rewardprof.engine.reply`) are retried with exponential backoff and jitter, honouring
 Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
-other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server that returns
-fewer choices than asked is asked again, at once, for the missing ones only.
+other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A reply larger than
+`max_tokens` allows (`rollout.max_chars_per_token`) is `reply_too_large`, found while reading,
+never read whole. A server that returns fewer choices than asked is asked again, at once, for
+the missing ones only.
 With several replicas (`rewardprof.engine.balancer`) each attempt goes to the least loaded one,
 and a request whose replica died (connection refused or cut) is re-sent at once, same body and
 seed, to another one. While no request gets any answer (`EndpointLiveness`), a request whose
@@ -36,7 +38,7 @@ from rewardprof.engine.http_retry import (
     with_retries,
 )
 from rewardprof.engine.liveness import EndpointLiveness, is_connect_failure
-from rewardprof.engine.reply import Choice, parse_choices
+from rewardprof.engine.reply import Choice, ReplyBounds, parse_choices
 
 
 @dataclass
@@ -80,15 +82,15 @@ class ChatClient:
         self.rng = rng or random.Random()
         self.failovers = 0  # requests re-sent to another replica after theirs died
 
-    async def _post(self, body: dict[str, Any]) -> Any:
+    async def _post(self, body: dict[str, Any], max_bytes: int) -> Any:
         if self.balancer is None:
-            return await self._post_to(self.url, body)
+            return await self._post_to(self.url, body, max_bytes)
         weight = int(body.get("n", 1))
         for _ in range(len(self.balancer.replicas) + 1):
             replica = await self.balancer.acquire(weight)
             url = bearer_url(replica.chat_url) if self.bearer else replica.chat_url
             try:
-                payload = await self._post_to(url, body)
+                payload = await self._post_to(url, body, max_bytes)
             except AttemptError as exc:
                 dead = exc.kind == FailureKind.CONNECTION_ERROR
                 self.balancer.release(replica, weight, self.redact(exc.detail), dead=dead)
@@ -107,7 +109,7 @@ class ChatClient:
             FailureKind.CONNECTION_ERROR, "every replica cut the connection", True
         )
 
-    async def _post_to(self, url: str, body: dict[str, Any]) -> Any:
+    async def _post_to(self, url: str, body: dict[str, Any], max_bytes: int) -> Any:
         return await post_json(
             self.session,
             url,
@@ -115,6 +117,7 @@ class ChatClient:
             self.settings.request_timeout_s,
             self.headers,
             secret=self._secret,
+            max_bytes=max_bytes,
         )
 
     async def complete(self, body: dict[str, Any]) -> ChatResult:
@@ -124,6 +127,8 @@ class ChatClient:
         base_seed = body.get("seed")
         pending = list(range(n))  # original indices still missing
         result = ChatResult()
+        # what a reply can hold, from max_tokens: more is reply_too_large, found while reading
+        bounds = ReplyBounds.of_request(body, self.settings.max_chars_per_token)
 
         async def attempt(number: int) -> None:
             result.attempts += 1  # over every round (see the loop below)
@@ -134,8 +139,8 @@ class ChatClient:
             if base_seed is not None:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
-            payload = await self._observed(self._post(req))
-            choices, prompt_tokens = parse_choices(payload, n - first)
+            payload = await self._observed(self._post(req, bounds.body_bytes(n - first)))
+            choices, prompt_tokens = parse_choices(payload, n - first, bounds)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens
             got = {first + c.index: c for c in choices}

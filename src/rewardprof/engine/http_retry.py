@@ -7,6 +7,12 @@ at once (`status_error`). The wait before retrying after attempt n is
 min(backoff_max_s, backoff_initial_s * 2^(n-1)) times a jitter in [0.5, 1.5), and never shorter
 than the server's Retry-After (delta-seconds or an HTTP date). A request gives up after
 `max_attempts`, or when the next wait would take it past `budget_s` (`with_retries`).
+
+A body is read in chunks, decompressed as it arrives (aiohttp decompresses gzip/deflate in
+bounded steps), and counted: past `max_bytes` of decompressed body the read stops and the
+attempt fails as `reply_too_large` (`read_bounded`), so a gzip bomb or a chunked body that
+never ends costs at most `max_bytes` of memory, never the whole reply. An error page is read
+only as far as its one-line detail needs.
 """
 
 from __future__ import annotations
@@ -25,10 +31,16 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from rewardprof.core import redaction
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import FailureKind
 
 T = TypeVar("T")
+
+DEFAULT_MAX_REPLY_BYTES = 64 << 20  # a reply's body when the caller names no bound
+ERROR_BODY_BYTES = 64 << 10  # of a non-200 body: enough for its detail and its markers
+REPLY_TOO_LARGE = "reply_too_large"  # the detail's first word when a reply is over its bound
+_CHUNK = 64 << 10
 
 _DELTA_SECONDS = re.compile(r"\s*\d+(\.\d+)?\s*")
 # How OpenAI-compatible servers (vLLM, OpenAI, ...) word a prompt that does not fit the model.
@@ -94,6 +106,26 @@ def invalid_reply(what: str) -> AttemptError:
     return AttemptError(FailureKind.ENGINE_ERROR, f"invalid reply: {what}", True)
 
 
+def reply_too_large(what: str) -> AttemptError:
+    """A reply over its bound: an engine_error, retried like any invalid reply (each attempt
+    costs at most the bound)."""
+    return AttemptError(FailureKind.ENGINE_ERROR, f"{REPLY_TOO_LARGE}: {what}", True)
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
+    """The decompressed body, read chunk by chunk and never more than `max_bytes` of it;
+    (body, whether more was left unread)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        size += len(chunk)
+        if size > max_bytes:
+            parts.append(chunk[: len(chunk) - (size - max_bytes)])
+            return b"".join(parts), True
+        parts.append(chunk)
+    return b"".join(parts), False
+
+
 def parse_json_body(raw: bytes) -> Any:
     """The JSON value of a 200 answer's body (RFC 8259: UTF-8). Not UTF-8, not JSON, or nested
     too deep for the parser (RecursionError): `invalid_reply`."""
@@ -118,20 +150,26 @@ async def post_json(
     timeout_s: float,
     headers: Mapping[str, str] | None = None,
     secret: str | None = None,
+    max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
 ) -> Any:
-    """POST `body` as JSON; the JSON value of a 200 answer (`parse_json_body`). Anything else
-    is an AttemptError: a status as `status_error` classifies it (its body read as UTF-8 with
-    bad bytes replaced, as a proxy's error page may be anything; `secret` redacted from the
-    text), no answer within `timeout_s` a timeout, a broken connection a connection_error."""
+    """POST `body` as JSON; the JSON value of a 200 answer (`parse_json_body`) of at most
+    `max_bytes` decompressed (else `reply_too_large`, found while reading). Anything else
+    is an AttemptError: a status as `status_error` classifies it (its body's start read as
+    UTF-8 with bad bytes replaced, as a proxy's error page may be anything; `secret` redacted
+    from the text), no answer within `timeout_s` a timeout, a broken connection a
+    connection_error."""
     try:
         async with session.post(
             url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
-            raw = await resp.read()
             if resp.status != 200:
+                raw, _ = await read_bounded(resp, ERROR_BODY_BYTES)
                 text = raw.decode("utf-8", "replace")
                 # redact before the detail is cut to length: no partial key survives
                 raise status_error(resp.status, redact(text, secret), resp.headers)
+            raw, cut = await read_bounded(resp, max_bytes)
+            if cut:
+                raise reply_too_large(f"body over {max_bytes} bytes (decompressed)")
     except TimeoutError:  # before OSError: a TimeoutError is an OSError too
         raise AttemptError(
             FailureKind.TIMEOUT, f"no response within {timeout_s:g}s", True
@@ -154,11 +192,10 @@ def bearer_url(url: str) -> str:
 
 
 def redact(text: str, secret: str | None) -> str:
-    """Text with `secret` (an API key) replaced: some providers quote the key they were sent in
-    a 401 body, and the key must never reach a record, a log or an exception."""
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "[REDACTED]")
-    return text
+    """Text as recorded, through the one redaction path (rewardprof.core.redaction): `secret`
+    (an API key: some providers quote the key they were sent in a 401 body), every secret the
+    config names and any quoted Authorization value masked."""
+    return redaction.redact(text, (secret,) if secret else None)
 
 
 @dataclass(frozen=True)

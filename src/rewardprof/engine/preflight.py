@@ -22,6 +22,8 @@ import urllib.request
 from rewardprof.core.config import Config, ConfigError
 from rewardprof.core.redaction import public_url
 
+_MODELS_MAX_BYTES = 8 << 20  # a /v1/models answer; a longer one is not a model list
+
 
 class EndpointUnavailable(ConfigError):
     """The configured endpoint cannot serve this run; the message names the URL."""
@@ -73,7 +75,11 @@ def check_replica(cfg: Config, base_url: str, timeout_s: float = 10.0) -> None:
     request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            payload = json.loads(resp.read().decode("utf-8", "replace"))
+            # read to a bound: an endless body never times out (the timeout is per read)
+            raw = resp.read(_MODELS_MAX_BYTES + 1)
+            if len(raw) > _MODELS_MAX_BYTES:
+                raise ValueError("over the bound")
+            payload = json.loads(raw.decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             source = (
@@ -94,7 +100,7 @@ def check_replica(cfg: Config, base_url: str, timeout_s: float = 10.0) -> None:
             f"engine.base_url: {shown} is not reachable ({reason}); "
             f"start the server or fix engine.base_url"
         ) from None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise EndpointUnavailable(
             f"engine.base_url: {shown} did not answer JSON; is this an OpenAI-compatible /v1 URL?"
         ) from None

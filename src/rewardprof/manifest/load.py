@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from rewardprof.core import extras
 from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
+from rewardprof.core.limits import MAX_CONFIG_DEPTH, config_problem
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
 from rewardprof.environments import get_environment_class, known_environments
@@ -35,6 +36,9 @@ def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
 def _validated(data: dict[str, Any], origin: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
+    # before anything walks, copies or validates it: an anchor bomb or a 3,000-deep value
+    if (problem := config_problem(data)) is not None:
+        raise ConfigError(f"{origin}: {problem}")
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
@@ -91,6 +95,19 @@ def _options_problems(i: int, entry: Entry) -> list[str]:
     return []
 
 
+def parse_config_text(text: str, origin: str, json_text: bool = False) -> Any:
+    """A config file's YAML or JSON value; ConfigError (one line) when it is not valid, or
+    nested so deep the parser gives up (RecursionError)."""
+    try:
+        return json.loads(text) if json_text else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{origin}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{origin}: nested too deep to read (at most {MAX_CONFIG_DEPTH} levels)"
+        ) from None
+
+
 def load_config(path: str | Path) -> Config:
     """Load a YAML or JSON config file and validate it; a URL password written into the file
     is refused (the file may reach a Snakemake report), `${NAME}` is read from the environment."""
@@ -109,11 +126,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: config file not found") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a text file (a YAML or JSON config expected)") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{p}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    return data or {}
+    return parse_config_text(text, str(p), json_text=p.suffix == ".json") or {}
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

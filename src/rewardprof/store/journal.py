@@ -11,7 +11,12 @@ Files: `<writer>.<seq>.parquet` (segments) and `<writer>.<seq>.jsonl` (tails), w
 readers dedupe on (task_index, rollout_index).
 
 Only records that fit ROLLOUT_SCHEMA are ever written (`JournalWriter.append` refuses others),
-so a segment can always be compacted. A tail with a complete line that does not fit (written by
+so a segment can always be compacted; no record is above MAX_RECORD_BYTES (store/record.py
+bounds every text) and a tail is compacted once it holds `SEGMENT_MAX_BYTES`, so no segment or
+tail is ever larger than its reader can hold (Arrow's 2 GiB per column and per JSON block).
+A segment that does not read (truncated, garbage) or a file above READ_LIMIT_BYTES is
+quarantined when scanned: moved to `quarantine/` with one line naming it; its rollouts are
+missing, so they are generated again. A tail with a complete line that does not fit (written by
 an older version, or damaged) is quarantined when it is scanned: its valid records become the
 segment of the same name, the tail is moved to `quarantine/` with a warning naming it, and the
 rollouts it held are generated again. A bad file never fails the next run.
@@ -37,6 +42,12 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
+from rewardprof.store.quarantine import (  # noqa: F401 (QUARANTINE: re-exported)
+    QUARANTINE,
+    quarantine_tail,
+    quarantine_whole,
+    unreadable,
+)
 from rewardprof.store.schemas import (
     COLUMN_NAMES,
     KEY_COLUMNS,
@@ -46,7 +57,8 @@ from rewardprof.store.schemas import (
 )
 
 log = logging.getLogger("rewardprof.store.journal")
-QUARANTINE = "quarantine"  # subdirectory for files that do not parse into the schema
+SEGMENT_MAX_BYTES = 256 << 20  # JSON bytes of a tail before it is compacted
+MAX_RECORD_BYTES = 64 << 20  # one record's JSON line; store/record.py keeps records far below
 
 
 class JournalLocked(RewardprofError, RuntimeError):
@@ -114,6 +126,7 @@ class JournalWriter:
         self.max_records = max_records
         self.seq = 0
         self._buffer: list[dict[str, Any]] = []
+        self._buffered_bytes = 0
         self._opened_at = time.monotonic()
         self._tail = self._open_tail()
 
@@ -128,10 +141,17 @@ class JournalWriter:
         problem = record_problem(record)
         if problem is not None:  # a bug upstream; nothing is written, the journal stays sound
             raise ValueError(f"journal record does not fit the rollout schema: {problem}")
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        size = len(line.encode("utf-8"))
+        if size > MAX_RECORD_BYTES:  # store/record.py bounds every text; a bug upstream
+            raise ValueError(f"journal record of {size} bytes, over {MAX_RECORD_BYTES}")
+        if self._buffered_bytes + size > SEGMENT_MAX_BYTES:
+            self.roll()  # a segment never grows past what its reader can hold
         # One write of one complete line, then flush: a kill tears at most this line.
-        self._tail.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._tail.write(line)
         self._tail.flush()
         self._buffer.append(record)
+        self._buffered_bytes += size
         if (
             len(self._buffer) >= self.max_records
             or time.monotonic() - self._opened_at >= self.interval_s
@@ -156,6 +176,7 @@ class JournalWriter:
         self._tail.close()
         tail_path.unlink(missing_ok=True)
         self._buffer = []
+        self._buffered_bytes = 0
         self.seq += 1
         self._tail = self._open_tail()
 
@@ -255,42 +276,19 @@ def journal_files(journal_dir: Path) -> Iterator[Path]:
             yield p
 
 
-def _quarantine(path: Path, exc: _TailMismatch) -> Path:
-    """Move a tail that does not fit the schema aside, its valid records kept as the segment of
-    the same name (unless a compaction wrote that already); the segment's path."""
-    segment = path.with_suffix(".parquet")
-    if not segment.exists():
-        tmp = segment.with_name(f".{segment.name}.{os.getpid()}.tmp")
-        pq.write_table(exc.valid, tmp, compression="zstd")
-        with tmp.open("rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, segment)
-    target = path.parent / QUARANTINE / path.name
-    target.parent.mkdir(exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):  # another scan moved it first
-        os.replace(path, target)
-        log.warning(
-            "%s: %d records do not fit the rollout schema (first: %s); moved to %s, its %d "
-            "valid records kept; the rollouts it held are generated again",
-            path,
-            exc.bad,
-            exc.first_problem,
-            target,
-            exc.valid.num_rows,
-        )
-    return segment
-
-
 def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int, bool] | None:
     """(where the records live, their key columns or None if unreadable, torn lines, whether
     the file was quarantined); None when the file is gone with nothing in its place."""
     quarantined = False
+    if (why := unreadable(path)) is not None:
+        quarantine_whole(path, why)
+        return path, None, 0, True
     if path.suffix == ".jsonl":
         try:
             keys, torn = _read_tail(path, KEY_COLUMNS)
             return path, keys, torn, False
         except _TailMismatch as exc:
-            path, quarantined = _quarantine(path, exc), True
+            path, quarantined = quarantine_tail(path, exc.valid, exc.bad, exc.first_problem), True
         except FileNotFoundError:
             # Another shard's live writer compacted this tail since the listing: it wrote the
             # segment of the same name first, then deleted the tail. (No tail of this shard's
@@ -300,8 +298,11 @@ def _scan_file(path: Path) -> tuple[Path, pa.Table | None, int, bool] | None:
                 return None  # an empty tail, closed
     try:
         return path, pq.read_table(path, columns=KEY_COLUMNS), 0, quarantined
-    except Exception:  # a segment is renamed into place whole; unreadable = foreign
-        return path, None, 0, quarantined
+    except FileNotFoundError:
+        return None  # quarantined by another shard's scan since the listing
+    except Exception as exc:  # a segment is renamed into place whole; unreadable = damaged
+        quarantine_whole(path, f"key columns do not read ({type(exc).__name__})")
+        return path, None, 0, True
 
 
 def scan_journal(journal_dir: Path) -> JournalScan:

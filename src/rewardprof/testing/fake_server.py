@@ -5,8 +5,7 @@ the way to script exact answers per prompt and to inject the faults a sweep meet
 
     with FakeOpenAI(answer=lambda prompt, seed: "\\boxed{5}" if "2 + 3" in prompt else "no") as s:
         s.base_url  # http://127.0.0.1:PORT/v1
-        s.faults.extend(["500", "429:retry_after=1", "hang", "reset", "garbage", "fewer",
-                         "length", "context_length", "503"])
+        s.faults.extend(["500", "429:retry_after=1", "hang", "reset", "garbage", "fewer"])
         s.stats["ok_requests"], s.stats["ok_choices"]
 
 Faults are consumed one per chat request, in order; an empty queue serves normally. `fault_fn`
@@ -16,15 +15,14 @@ may instead decide per request (return a fault string or None). Fault strings:
     429[:retry_after=S]        rate limited, optionally with `Retry-After: S` (seconds)
     429:retry_after_date=S     ... with Retry-After as an HTTP date S seconds from now
     hang[:S]                   no answer for S seconds (default hang_s; cut short by stop())
-    hold                       no answer until the test calls release() (or stop()), then
-                               served normally: keeps a client busy for as long as a test needs
+    hold                       no answer until release() (or stop()), then served normally
     reset                      200 + headers promising a body, then the connection is closed
     garbage                    200 with a truncated JSON body
     fewer                      one choice fewer than asked
     length                     every choice ends with finish_reason "length"
     context_length             HTTP 400 "maximum context length" (deterministic: never retry)
-    content_list, usage_str, not_utf8, deep_json, ...
-                               a malformed reply: rewardprof.testing.hostile_replies
+    content_list, gzip_bomb, ...  a malformed or oversized reply (testing/hostile_replies.py)
+    auth_echo                  HTTP 500 quoting the Authorization header, as sent and decoded
 
 A gate holds answers until a test says so (kill tests: an attempt that needs the held answers
 cannot finish before it is killed, however fast the machine):
@@ -41,8 +39,9 @@ does not count, so retries cannot use up the served answers.
 
 `api_key` makes the server demand `Authorization: Bearer <key>` (401 otherwise; with
 `echo_key=True` the 401 body quotes the key it got, like some providers do); `basic_auth=
-(user, password)` demands HTTP Basic auth instead (a base URL with user:password). `request_times`
-holds the monotonic arrival time of every chat request (to check backoff and Retry-After).
+(user, password)` demands HTTP Basic auth instead (a base URL with user:password); with
+`echo_auth=True` every completion quotes the Authorization header it got, as sent and decoded.
+`request_times` holds the monotonic arrival time of every chat request (backoff, Retry-After).
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rewardprof.testing.hostile_replies import MANGLE, RAW
+from rewardprof.testing.hostile_replies import MANGLE, RAW, STREAMED, quoted_auth
 from rewardprof.testing.openai_http import BackgroundServer, chat_completion, request_prompt
 
 AnswerFn = Callable[[str, int | None], str]
@@ -86,8 +85,10 @@ class FakeOpenAI(BackgroundServer):
         api_key: str | None = None,
         echo_key: bool = False,
         basic_auth: tuple[str, str] | None = None,
+        echo_auth: bool = False,
     ):
         super().__init__(host, port)
+        self.echo_auth = echo_auth
         self.answer, self.model = answer, model
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
         self.return_token_ids = return_token_ids
@@ -186,9 +187,7 @@ class FakeOpenAI(BackgroundServer):
     async def _models(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
             return denied
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        )
+        return web.json_response({"object": "list", "data": [{"id": self.model}]})
 
     def _next_fault(self, body: dict) -> str | None:
         with self._lock:
@@ -217,7 +216,11 @@ class FakeOpenAI(BackgroundServer):
                 {"error": {"message": f"model {body.get('model')!r} does not exist"}}, status=404
             )
         await self._pass_gate(body)
-        return web.json_response(self._completion(body, fault))
+        payload = self._completion(body, fault)
+        if self.echo_auth:
+            for choice in payload["choices"]:
+                choice["message"]["content"] += f" ({quoted_auth(request)})"
+        return web.json_response(payload)
 
     def _completion(self, body: dict, fault: str | None) -> dict:
         n = int(body.get("n", 1))
@@ -284,6 +287,11 @@ class FakeOpenAI(BackgroundServer):
             for task in pending:
                 task.cancel()
             return None  # then served normally
+        if kind == "auth_echo":
+            message = f"upstream failed for request with {quoted_auth(request)}"
+            return web.json_response({"error": {"message": message}}, status=500)
+        if kind in STREAMED:
+            return await STREAMED[kind](request)
         if kind in RAW:
             status, content_type, raw = RAW[kind]
             return web.Response(status=status, body=raw, content_type=content_type)

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
+from rewardprof.core.redaction import redact
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.stages.rollout.heartbeat import (
     eta_text,
@@ -278,6 +279,8 @@ def run_command(args: argparse.Namespace) -> int:
         while True:
             st = collect(args.run_dir, args.num_shards)
             text = json.dumps(st, indent=2) if args.json else format_status(st)
+            # status files of older jobs may quote a credential: masked here too
+            text = redact(text)
             if args.watch and sys.stdout.isatty():
                 print("\x1b[H\x1b[2J", end="")  # redraw in place on a terminal
             print(text, flush=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
+from rewardprof.core.redaction import redact
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name
 
@@ -75,8 +76,10 @@ class ShardHeartbeat:
                 window = [s for s in self.data["window"] if now - s[0] <= WINDOW_S]
                 self.data["window"] = [*window, sample][-WINDOW_SAMPLES:]
             self.data.update(fields, updated_at=now)
+            # errors quote what servers answered: never a secret in the file (core.redaction)
+            shown = {k: redact(v) if isinstance(v, str) else v for k, v in self.data.items()}
             try:
-                write_json_atomic(self.path, self.data)
+                write_json_atomic(self.path, shown)
             except OSError as exc:
                 if not self._warned:
                     log.warning(
