@@ -13,12 +13,12 @@ start methods use without raising an event."""
 
 from __future__ import annotations
 
+import _posixsubprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import _posixsubprocess
 import pytest
 
 # folder under tests/ -> (marker, tier); the markers are registered in pyproject.toml

@@ -15,12 +15,11 @@ import json
 from pathlib import Path
 
 import pytest
+from harness.env_helpers import run
 from helpers import require_piece
 
 from rewardprof.environments import make_environment
 from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
-
-from .env_helpers import run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nemo_gym"
 ENVS = ["instruction_following", "ifbench", "mcqa", "math_with_judge", "polymath"]

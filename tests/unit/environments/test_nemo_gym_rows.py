@@ -8,14 +8,13 @@ import json
 
 import pandas as pd
 import pytest
+from harness.env_helpers import run
 
 from rewardprof import cli
 from rewardprof.environments import RowError, instruction_checks, make_environment
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError, iter_rows
 from rewardprof.stages import StagePaths, materialize
-
-from .env_helpers import run
 
 
 def _if_row(ids, kwargs, prompt="Write something."):
