@@ -13,6 +13,9 @@ from harness.tiers import TierPlugin
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 
+pytest_plugins = ["pytester"]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TierPlugin(Path(__file__).parent), "rewardprof-tiers")
 

@@ -1,6 +1,7 @@
 """L1: each recorded response of NeMo Gym's example_rollouts.jsonl replays to the reward NeMo Gym
 recorded (`library_reward` for the math environments: the judge is not part of this layer), in
-a real worker pool (the rows themselves load in L0: test_nemo_gym_conformance.py). 24 of the 25 do; one cannot, and the test pins what it gives instead (DEVIATIONS)."""
+a real worker pool (the rows themselves load in L0: test_nemo_gym_conformance.py). 24 of the
+25 do; one cannot, and the test pins what it gives instead (DEVIATIONS)."""
 
 from __future__ import annotations
 
