@@ -12,7 +12,6 @@ from harness.tiers import TierPlugin
 
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
-
 pytest_plugins = ["pytester"]
 
 
