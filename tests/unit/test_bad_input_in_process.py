@@ -43,8 +43,9 @@ def _snakefile_checks(raw: dict, workdir: Path, preflight: bool) -> None:
     materialize.run(cfg, paths)
 
 
-def _without_the_tagger(tmp_path: Path, monkeypatch) -> None:
-    """NLTK data with punkt_tab and stopwords (the ones installed here) and no POS tagger."""
+def _without_the_tagger(tmp_path: Path, monkeypatch, request) -> None:
+    """NLTK data with punkt_tab and stopwords (the ones installed here) and no POS tagger
+    (nltk_installed caches its answers: forgotten before and after)."""
     require_piece("NLTK's punkt_tab", nltk_installed(PUNKT), "run `rewardprof install-nltk-data`")
     import nltk
 
@@ -53,15 +54,17 @@ def _without_the_tagger(tmp_path: Path, monkeypatch) -> None:
         (data / resource).parent.mkdir(parents=True, exist_ok=True)
         (data / resource).symlink_to(nltk.data.find(resource).path)
     monkeypatch.setattr(nltk.data, "path", [str(data)])
+    nltk_installed.cache_clear()
+    request.addfinalizer(nltk_installed.cache_clear)
 
 
 @pytest.mark.parametrize("case", sorted(set(CASES) - NEEDS_A_SERVER))
-def test_bad_input_fails_with_one_clear_line(tmp_path, monkeypatch, case):
+def test_bad_input_fails_with_one_clear_line(tmp_path, monkeypatch, request, case):
     changes, data, expected = CASES[case]
     monkeypatch.delenv("REWARDPROF_NO_PREFLIGHT", raising=False)
     monkeypatch.setenv("REWARDPROF_TEST_UNSET_KEY", "")
     if case == "nltk_data_missing":
-        _without_the_tagger(tmp_path, monkeypatch)
+        _without_the_tagger(tmp_path, monkeypatch, request)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "m.jsonl").write_bytes(line(GOOD) if data is None else data)
     (tmp_path / "data" / "dir.jsonl").mkdir()  # a directory named like a source
