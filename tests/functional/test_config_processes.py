@@ -58,7 +58,7 @@ def test_validation_imports_no_verifier_library():
     ]
     code = (
         "import json, sys\n"
-        "from rewardprof.core.config import validate_config\n"
+        "from rewardprof.manifest.load import validate_config\n"
         f"validate_config(json.loads({json.dumps(json.dumps({'entries': entries}))}))\n"
         "heavy = ('math_verify', 'sympy', 'reasoning_gym', 'if_verifiable', 'nltk',"
         " 'langdetect', 'aiohttp')\n"
