@@ -1,6 +1,6 @@
 """A minimal zero-latency OpenAI-compatible server for the client-overhead benchmark.
 
-    python benchmarks/fast_server.py --port 8123
+    python benchmarks/fast_server.py --port 8123 [--latency 0.05]
 
 Raw asyncio HTTP/1.1 with keep-alive and pre-rendered chat-completion bodies (completions of
 0.5-8 kB ending in a `\\boxed{}` answer), so the server costs a few microseconds per request and
@@ -76,6 +76,11 @@ class Http(asyncio.Protocol):
     bodies: dict[int, itertools.cycle] = {}
     models = _response(json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode())
     health = _response(b"{}")
+    latency_s = 0.0
+
+    def _send(self, reply: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(reply)
 
     def connection_made(self, transport):
         self.transport, self.buf = transport, b""
@@ -95,15 +100,19 @@ class Http(asyncio.Protocol):
             if head.startswith(b"POST"):
                 m = _N.search(body)
                 n = min(16, max(1, int(m.group(1)))) if m else 1
-                self.transport.write(next(self.bodies[n]))
+                reply = next(self.bodies[n])
+                if self.latency_s:  # a generation's time (bench_balancer.py), not the CPU's
+                    asyncio.get_running_loop().call_later(self.latency_s, self._send, reply)
+                else:
+                    self.transport.write(reply)
             elif b"/v1/models" in head[:64]:
                 self.transport.write(self.models)
             else:
                 self.transport.write(self.health)
 
 
-async def serve(port: int) -> None:
-    Http.bodies = render()
+async def serve(port: int, latency_s: float = 0.0) -> None:
+    Http.bodies, Http.latency_s = render(), latency_s
     server = await asyncio.get_running_loop().create_server(Http, "127.0.0.1", port, backlog=1024)
     print(f"serving http://127.0.0.1:{port}/v1", flush=True)
     async with server:
@@ -113,7 +122,9 @@ async def serve(port: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=8123)
-    asyncio.run(serve(p.parse_args().port))
+    p.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = p.parse_args()
+    asyncio.run(serve(args.port, args.latency))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from rewardprof.manifest.run_config import load_stage_config
 from rewardprof.sources.checks import check_sources
 from rewardprof.stages import StagePaths, add_path_arguments
 from rewardprof.store.shards import shard_tag
-from rewardprof.tools import check, estimate, launch, nltk_data, slurm_config, status
+from rewardprof.tools import check, estimate, fleet, launch, nltk_data, slurm_config, status
 
 
 class Command(NamedTuple):
@@ -331,6 +331,15 @@ COMMANDS: tuple[Command, ...] = (
         "verify the invariants of a run directory (read-only)",
         check.add_arguments,
         check.run_command,
+    ),
+    Command(
+        "fleet",
+        "start, stop or show the engine fleet a sweep's rollout jobs share",
+        fleet.add_arguments,
+        fleet.run_command,
+        description="A shared engine fleet: start runs fleet.replicas servers (locally or as "
+        "one Slurm job) and publishes them in results/<run>/fleet/endpoints.json for rollout "
+        "jobs with engine.endpoints_file; stop ends it (docs/engine.md).",
     ),
     Command(
         "status",

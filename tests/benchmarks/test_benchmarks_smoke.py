@@ -41,6 +41,7 @@ def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> 
         ("bench_client.py", "client: trivial verifier"),
         ("bench_engine.py", "engine: pipeline"),
         ("bench_adaptive.py", "adaptive: 2000 tasks x K=16: exact"),
+        ("bench_balancer.py", "balancer: client "),
     ],
 )
 def test_benchmark_runs_and_prints_its_result(script, prefix, tmp_path):

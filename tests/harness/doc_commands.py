@@ -142,7 +142,8 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     """A copy of the checkout's workflow files in root/checkout, its configs using the fake
     engine `server`: config/config.yaml is the shipped default with `engine` replaced;
     my-blend.yaml and my-sweep.yaml are the manifests the docs name (my-sweep: `run:
-    my-sweep`, `num_shards: 8`, math then mcq rows, K = 2); .venv is this interpreter's."""
+    my-sweep`, `num_shards: 8`, math then mcq rows, K = 2); config/examples/replicas.yaml
+    balances over the fake engine under two URLs; .venv is this interpreter's."""
     work = root / "checkout"
     for name in ("rules", "profiles", "config", "data", "envs"):
         shutil.copytree(REPO / name, work / name)
@@ -169,4 +170,12 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     for name, cfg in (("my-blend.yaml", blend), ("my-sweep.yaml", sweep)):
         cfg |= {"engine": _engine(server), "rollout": quick}
         (work / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    # N replicas: the fake engine under two URLs (127.0.0.1 and localhost), balanced as two
+    replicas = work / "config/examples/replicas.yaml"
+    example = yaml.safe_load(replicas.read_text())
+    example["engine"] |= _engine(server) | {
+        "base_url": [server.base_url, server.base_url.replace("127.0.0.1", "localhost")]
+    }
+    example["rollout"] = {**example.get("rollout", {}), **quick}
+    replicas.write_text(yaml.safe_dump(example, sort_keys=False))
     return work

@@ -105,7 +105,7 @@ def test_rerun_of_a_failed_shard_by_target_as_shown(tmp_path):
 
 
 def test_endpoint_recipe_keeps_runtime_and_memory(tmp_path):
-    install, edit, run = _block_with("slurm-endpoint")
+    install, edit, run = _block_with("--name slurm-endpoint")
     with FakeOpenAI() as server:
         work = scratch_checkout(tmp_path, server)
         env = _env(tmp_path)

@@ -1,6 +1,6 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle,
-no import against the layer table, no module over 400 lines, a reason on every function-local import, every module on the map of
-docs/architecture.md."""
+no import against the layer table, no module over 400 lines, a reason on every function-local
+import, every module on the map of docs/architecture.md."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def test_silent_job_is_lost_and_failed_job_shows_its_error(tmp_path):
     assert st["stopped"] == ["0-of-3", "1-of-3"] and st["expected"] == 24
     assert st["shards"][0]["error"].startswith("no heartbeat for 36")
     text = format_status(st)
-    assert "1-of-3 (" in text and "EndpointDown: s1of3" in text
+    assert "1-of-3 (" in text and "EndpointDown: 1-of-3" in text
 
 
 def test_heartbeat_stays_fresh_while_the_engine_starts(tmp_path):

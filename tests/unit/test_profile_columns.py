@@ -174,7 +174,7 @@ def test_rollout_records_ok_without_reward_as_verifier_error():
     import asyncio
 
     from rewardprof.environments import Verdict, VerifyContext
-    from rewardprof.stages.rollout.runner import _verify
+    from rewardprof.stages.rollout.verifying import verify as _verify
 
     class NoReward:
         name = "no_reward"

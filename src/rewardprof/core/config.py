@@ -1,9 +1,10 @@
 """The run manifest: one pydantic model is the single source of truth for every config key.
 
-The Snakefile validates Snakemake's merged `config` dict through `validate_config` (manifest/load.py) before it
-builds the DAG, and every `rewardprof <stage>` command re-validates what it is given, so a bad
-key fails with one line naming it, whichever door it came through. Each entry's `options` are
-checked there too, against its environment's `Options` model (rewardprof.environments.options).
+The Snakefile validates Snakemake's merged `config` dict through `validate_config`
+(manifest/load.py) before it builds the DAG, and every `rewardprof <stage>` command
+re-validates what it is given, so a bad key fails with one line naming it, whichever door it
+came through. Each entry's `options` are checked there too, against its environment's
+`Options` model (rewardprof.environments.options).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from rewardprof.core.config_types import HttpUrl, RetryOptions, StrictModel
+from rewardprof.core.config_engine import Engine, Fleet
+from rewardprof.core.config_types import RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # noqa: F401 (re-export: raised by every config check)
 from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
 
@@ -97,46 +99,6 @@ class Sampling(StrictModel):
     """Most completion tokens per rollout (beyond: finish_reason length)."""
     seed: int = 0
     """Base seed; each rollout's seed derives from it."""
-
-
-class Engine(StrictModel):
-    mode: Literal["serve", "endpoint"] = "serve"
-    """serve: start vLLM inside the rollout job; endpoint: use base_url."""
-    model: str = "builtin:smollm2-135m"
-    """builtin:<name>, or a model path/name for vLLM."""
-    base_url: HttpUrl | None = None
-    """Endpoint mode: e.g. http://127.0.0.1:8000/v1. `${NAME}` in it is replaced by that
-    environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never written
-    anywhere). A password written out is refused: Snakemake's report embeds the config file."""
-    served_model_name: str | None = None
-    """Model name sent in requests (default: derived from `model`)."""
-    api_key_env: str | None = None
-    """Name of the environment variable that holds the API key."""
-    max_n: Annotated[int, Field(ge=1)] = 16
-    """Most samples asked for in one request (n); 1 sends one per rollout."""
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    """Extra fields merged into every request body."""
-    return_token_ids: bool | None = None
-    """Ask for each sample's token ids (`return_token_ids: true`, a vLLM extension) so
-    completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
-    endpoint mode (other providers may reject the field; set true for a vLLM endpoint). Without ids
-    a request's usage total is split by text length (completion_tokens_source 'apportioned')."""
-    serve_args: list[str] = Field(default_factory=list)
-    """Extra command-line arguments for the vLLM server."""
-    serve_env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the vLLM server."""
-    startup_timeout_s: PositiveFloat = 900
-    """How long serve mode waits for the server to become ready."""
-    python: str | None = None
-    """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
-    $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
-    host: str = "127.0.0.1"
-    """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
-    keeps it private to the node)."""
-    models_dir: str = "resources/models"
-    """Where builtin models are converted to (<dir>/<name>)."""
-    stop_grace_s: PositiveFloat = 20
-    """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
 
 
 class Rollout(StrictModel, RetryOptions):
@@ -254,6 +216,8 @@ class Config(StrictModel):
     """See below."""
     adaptive: Adaptive = Field(default_factory=Adaptive)
     """See below."""
+    fleet: Fleet = Field(default_factory=Fleet)
+    """See below."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -262,8 +226,14 @@ class Config(StrictModel):
             if e.label in seen:
                 raise ValueError(f"entries[{i}].label: duplicate label {e.label!r}")
             seen.add(e.label)
-        if self.engine.mode == "endpoint" and not self.engine.base_url:
-            raise ValueError("engine.base_url: required when engine.mode is 'endpoint'")
+        if self.engine.mode == "endpoint":
+            if not self.engine.base_url and not self.engine.endpoints_file:
+                raise ValueError(
+                    "engine.base_url: required when engine.mode is 'endpoint' (or give "
+                    "engine.endpoints_file)"
+                )
+            if self.engine.base_url and self.engine.endpoints_file:
+                raise ValueError("engine.endpoints_file: give it or engine.base_url, not both")
         share = self.export.target_share
         if share:
             unknown = sorted(set(share) - seen)

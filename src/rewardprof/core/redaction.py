@@ -71,6 +71,17 @@ def _walk(data: Any) -> Iterator[tuple[str, str, Any]]:
             stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
 
 
+def _url_strings(key: str, value: Any) -> list[str]:
+    """The URLs of a `base_url` entry: one string, or a list of them (engine replicas)."""
+    if key != "base_url":
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
 def config_secrets(data: dict[str, Any]) -> list[str]:
     """The secret values a config (as a dict) names: the value of every variable an
     `api_key_env` names (where set), and the userinfo and password of every `base_url`."""
@@ -80,8 +91,9 @@ def config_secrets(data: dict[str, Any]) -> list[str]:
             continue
         if key == "api_key_env" and os.environ.get(value):
             found.add(os.environ[value])
-        elif key == "base_url":
-            parts = urllib.parse.urlsplit(value)
+    for _, key, value in _walk(data):
+        for url in _url_strings(key, value):
+            parts = urllib.parse.urlsplit(url)
             if parts.password:
                 userinfo = parts.netloc.rpartition("@")[0]
                 found |= {userinfo, parts.password, urllib.parse.unquote(parts.password)}
@@ -94,18 +106,21 @@ def refuse_written_passwords(data: Any, origin: str = "config") -> None:
     `--config` values in .snakemake/, where no masking reaches. (The run directory's config
     files hold the mask, `***@`, which has no password.)"""
     for path, key, value in _walk(data):
-        if key != "base_url" or not isinstance(value, str):
-            continue
-        try:
-            password = urllib.parse.urlsplit(value).password or ""
-        except ValueError:  # not a URL: the config's validation names the key
-            continue
-        if URL_VARIABLE.sub("", password):
-            raise ConfigError(
-                f"{origin}: {path}: the URL's password is written into the config, and "
-                f"Snakemake copies config files into its report and .snakemake/; write it as "
-                f"${{NAME}} (e.g. https://user:${{MY_PASSWORD}}@host/v1) and export NAME"
-            )
+        for url in _url_strings(key, value):
+            _refuse_password(path, url, origin)
+
+
+def _refuse_password(path: str, url: str, origin: str) -> None:
+    try:
+        password = urllib.parse.urlsplit(url).password or ""
+    except ValueError:  # not a URL: the config's validation names the key
+        return
+    if URL_VARIABLE.sub("", password):
+        raise ConfigError(
+            f"{origin}: {path}: the URL's password is written into the config, and "
+            f"Snakemake copies config files into its report and .snakemake/; write it as "
+            f"${{NAME}} (e.g. https://user:${{MY_PASSWORD}}@host/v1) and export NAME"
+        )
 
 
 def install(secrets: list[str]) -> None:
@@ -150,7 +165,7 @@ class RedactingFilter(logging.Filter):
 def _urls(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every mapping of `data` that has a string `base_url`."""
     if isinstance(data, dict):
-        if isinstance(data.get("base_url"), str):
+        if _url_strings("base_url", data.get("base_url")):
             yield data
         for v in data.values():
             yield from _urls(v)
@@ -165,16 +180,24 @@ def masked_urls(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     masked = json.loads(json.dumps(data))
     real: dict[str, str] = {}
     for holder in _urls(masked):
-        shown = public_url(holder["base_url"])
-        if shown != holder["base_url"]:
-            real[shown] = holder["base_url"]
-            holder["base_url"] = shown
+        urls = holder["base_url"]
+        shown = [public_url(u) if isinstance(u, str) else u for u in _as_list(urls)]
+        for url, public in zip(_as_list(urls), shown, strict=True):
+            if public != url:
+                real[public] = url
+        holder["base_url"] = shown if isinstance(urls, list) else shown[0]
     return masked, real
+
+
+def _as_list(urls: Any) -> list[Any]:
+    return urls if isinstance(urls, list) else [urls]
 
 
 def unmask_urls(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
     """The config dict with each masked `base_url` restored from $REWARDPROF_URL_CREDENTIALS."""
-    masked = [h for h in _urls(data) if "***@" in h["base_url"]]
+    masked = [
+        h for h in _urls(data) if any("***@" in u for u in _url_strings("base_url", h["base_url"]))
+    ]
     if not masked:
         return data
     try:
@@ -182,14 +205,21 @@ def unmask_urls(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
     except ValueError:
         real = {}
     data = json.loads(json.dumps(data))
+
+    def restored(url: Any) -> Any:
+        if not isinstance(url, str) or "***@" not in url:
+            return url
+        if url not in real:
+            raise ConfigError(
+                f"{origin}: base_url {url}: its user:password was masked and "
+                f"${URL_CREDENTIALS_ENV} does not hold it; run the stage through snakemake, "
+                f"or give the config with the full URL"
+            )
+        return real[url]
+
     for holder in _urls(data):
-        url = holder["base_url"]
-        if "***@" in url:
-            if url not in real:
-                raise ConfigError(
-                    f"{origin}: base_url {url}: its user:password was masked and "
-                    f"${URL_CREDENTIALS_ENV} does not hold it; run the stage through snakemake, "
-                    f"or give the config with the full URL"
-                )
-            holder["base_url"] = real[url]
+        urls = holder["base_url"]
+        holder["base_url"] = (
+            [restored(u) for u in urls] if isinstance(urls, list) else restored(urls)
+        )
     return data

@@ -7,9 +7,11 @@ errors (connection, timeout, 5xx, 429, a reply that does not validate into the r
 Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
 other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A server that returns
 fewer choices than asked is asked again, at once, for the missing ones only.
-While no request gets any answer (`EndpointLiveness`), a request whose attempts all ended in
-connection errors is not recorded as failed: it keeps asking until the endpoint answers again or
-the rollout job stops on `rollout.endpoint_down_s`.
+With several replicas (`rewardprof.engine.balancer`) each attempt goes to the least loaded one,
+and a request whose replica died (connection refused or cut) is re-sent at once, same body and
+seed, to another one. While no request gets any answer (`EndpointLiveness`), a request whose
+attempts all ended in connection errors is not recorded as failed: it keeps asking until the
+endpoint answers again or the rollout job stops on `rollout.endpoint_down_s`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import aiohttp
 
 from rewardprof.core.config import Rollout
 from rewardprof.core.kinds import FailureKind
+from rewardprof.engine.balancer import Balancer
 from rewardprof.engine.http_retry import (
     AttemptError,
     RetryPolicy,
@@ -55,11 +58,14 @@ class ChatClient:
         settings: Rollout,
         rng: random.Random | None = None,
         liveness: EndpointLiveness | None = None,
+        balancer: Balancer | None = None,
     ):
         self.session = session
+        self.balancer = balancer  # several replicas: each attempt goes to one of them
         self.liveness = liveness  # told how every attempt ended (a dead endpoint stops a job)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.headers = {"Content-Type": "application/json"}
+        self.bearer = bool(api_key)
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
             self.url = bearer_url(self.url)
@@ -72,11 +78,39 @@ class ChatClient:
             settings.retry_budget_s,
         )
         self.rng = rng or random.Random()
+        self.failovers = 0  # requests re-sent to another replica after theirs died
 
     async def _post(self, body: dict[str, Any]) -> Any:
+        if self.balancer is None:
+            return await self._post_to(self.url, body)
+        weight = int(body.get("n", 1))
+        for _ in range(len(self.balancer.replicas) + 1):
+            replica = await self.balancer.acquire(weight)
+            url = bearer_url(replica.chat_url) if self.bearer else replica.chat_url
+            try:
+                payload = await self._post_to(url, body)
+            except AttemptError as exc:
+                dead = exc.kind == FailureKind.CONNECTION_ERROR
+                self.balancer.release(replica, weight, self.redact(exc.detail), dead=dead)
+                if dead and self.balancer.has_in(besides=replica):
+                    # the replica is gone (killed, node lost): the same request, same seed,
+                    # to another one at once; not an attempt of this request's own
+                    self.failovers += 1
+                    continue
+                raise
+            except BaseException:
+                self.balancer.cancelled(replica, weight)
+                raise
+            self.balancer.release(replica, weight)
+            return payload
+        raise AttemptError(  # every replica failed this one request in turn
+            FailureKind.CONNECTION_ERROR, "every replica cut the connection", True
+        )
+
+    async def _post_to(self, url: str, body: dict[str, Any]) -> Any:
         return await post_json(
             self.session,
-            self.url,
+            url,
             body,
             self.settings.request_timeout_s,
             self.headers,

@@ -40,11 +40,26 @@ def api_key_from_env(cfg: Config) -> str | None:
 
 def check_endpoint(cfg: Config, timeout_s: float = 10.0) -> None:
     """Raise EndpointUnavailable (or ConfigError for an unset key variable) unless the
-    endpoint answers, accepts the key and serves the model. No-op in serve mode."""
+    endpoint answers, accepts the key and serves the model. No-op in serve mode and with
+    engine.endpoints_file (a fleet may still be starting: the job waits for it). With a list
+    of base URLs, one replica that passes is enough (the others are probed while jobs run)."""
     if cfg.engine.mode != "endpoint" or not cfg.engine.base_url:
         return
+    urls = cfg.engine.base_url
+    problems: list[EndpointUnavailable] = []
+    for url in [urls] if isinstance(urls, str) else urls:
+        try:
+            check_replica(cfg, url, timeout_s)
+            return
+        except EndpointUnavailable as exc:
+            problems.append(exc)
+    raise problems[0]
+
+
+def check_replica(cfg: Config, base_url: str, timeout_s: float = 10.0) -> None:
+    """check_endpoint for one base URL."""
     key = api_key_from_env(cfg)
-    url = cfg.engine.base_url.rstrip("/") + "/models"
+    url = base_url.rstrip("/") + "/models"
     shown = public_url(url)
     headers = {}
     parts = urllib.parse.urlsplit(url)

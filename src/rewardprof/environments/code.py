@@ -9,13 +9,14 @@ Row formats (any one of):
 
 The program is the last ```python fenced block of the completion (else the last fenced block);
 none is reward 0 with reason "no_code". Each test runs in a fresh sandbox (`sandbox.py`: the
-program sees only the interpreter, the standard library and a scratch tmpfs; no network; limits)
-and must earn its pass (`code_harness.py`: an assert test passes only when the test code ran to
-its end, told through a channel the program cannot forge by exiting or printing). Reward 1 only
-if all tests pass; the first failing test's outcome (wrong_answer, runtime_error, early_exit,
-protocol_violation, timeout, memory_limit, output_limit, plus any `violation`: network,
-filesystem, processes) is in extras, with `sandbox.mechanism` (bubblewrap or launcher). A
-sandbox that cannot start is a verifier_error.
+program sees only the interpreter, the standard library and a scratch tmpfs; no network; limits,
+memory for the whole sandbox) and is judged outside any process the program ran in
+(`code_harness.py`: the program's process only answers with plain values; the comparison is
+made in the harness or in a judge interpreter of its own). Reward 1 only if all tests pass;
+the first failing test's outcome (wrong_answer, runtime_error, early_exit, protocol_violation,
+timeout, memory_limit, output_limit, plus any `violation`: network, filesystem, processes) is in
+extras, with `sandbox.mechanism` (bubblewrap or launcher). A sandbox that cannot start is a
+verifier_error.
 """
 
 from __future__ import annotations
@@ -88,9 +89,11 @@ class CodeOptions(EnvironmentOptions):
     cpu_s: PositiveInt | None = None
     """CPU seconds per test (RLIMIT_CPU; null: timeout_s rounded up)."""
     memory_mb: PositiveInt = Limits.memory_mb
-    """Address space of the program, in MiB (RLIMIT_AS)."""
+    """Memory of the whole sandbox, in MiB: one memory cgroup per run where the machine has
+    cgroup v1's memory controller, else the address space of each process (RLIMIT_AS)."""
     max_output_bytes: PositiveInt = Limits.max_output_bytes
-    """Most bytes of stdout, of stderr and of any file written (RLIMIT_FSIZE)."""
+    """Most bytes of stdout, of stderr, of any file written (RLIMIT_FSIZE) and of each answer
+    of an assert test (enforced while it is read)."""
     scratch_mb: PositiveInt = Limits.scratch_mb
     """Size of the program's scratch directory, a tmpfs, in MiB (all its files together)."""
     nproc: PositiveInt = Limits.nproc

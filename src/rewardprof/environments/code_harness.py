@@ -1,35 +1,41 @@
-"""The code tests: each test runs the program in a fresh sandbox, and a pass must be earned.
+"""The code tests: each test runs the program in a fresh sandbox; the verdict is formed outside.
 
 `run_tests` runs in a verification worker process (never on the event loop). A test is either
 - stdin/stdout: the program runs as a script with the test's stdin; its stdout, read outside
   the sandbox after every process of the sandbox is gone, is compared line by line with the
   expected output (trailing whitespace ignored); it must exit 0; or
-- assert: the program is loaded as a module by the runner (_sandbox_runner.py), and this
-  module, outside the sandbox, holds the conversation with it: it sends the test code only once
-  the program has loaded, and this test's random nonce only once the test code has returned;
-  the test passes only when the runner sends that nonce back. Exit status, stdout and anything
-  the program prints or writes play no part: exiting early, `SystemExit`, a printed "pass" or a
-  message out of order is a failure (`early_exit` or `protocol_violation`).
-Every `a == b` of the test code goes through the runner's check against a rigged `__eq__`
-(`guard_equality`). What the harness does not catch (documented in docs/environments.md): a
-program written against this runner's own protocol, which would have to speak it from inside
-the test, or one rigging other operators or the check itself.
+- assert: the program is loaded as a module by the runner (_sandbox_runner.py), which only
+  computes: it answers requests for its names, calls and attributes with plain values over a
+  pipe (the wire, _code_wire.py: JSON, each message at most `max_output_bytes`, enforced while
+  reading). No test code, expected value or verdict ever enters its process. A value-shaped
+  test (code_asserts.py: asserts over calls of the program's functions) is evaluated here, in
+  the harness; any other test code runs in a fresh interpreter of its own (_code_judge.py),
+  whose names of the program are handles to that process. The test's outcome is the
+  harness's or the judge's: exit status, stdout, anything printed or written plays no part.
+docs/environments.md lists which shapes are judged which way and what stays trusted.
 """
 
 from __future__ import annotations
 
-import ast
 import json
+import logging
 import os
-import secrets
-import select
 import shutil
 import signal
-import time
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from rewardprof.environments import sandbox_cleanup
+from rewardprof.environments import sandbox_cleanup, sandbox_memory
+from rewardprof.environments._code_wire import (
+    Channel,
+    ChannelClosed,
+    ProgramClient,
+    ProgramRaised,
+    WireViolation,
+)
+from rewardprof.environments.code_asserts import judge_values, value_plan
 from rewardprof.environments.sandbox import (
     Limits,
     RunResult,
@@ -41,10 +47,14 @@ from rewardprof.environments.sandbox import (
 )
 from rewardprof.environments.sandbox_bwrap import bwrap_works
 
-RUNNER = (Path(__file__).with_name("_sandbox_runner.py")).read_text()
-_MAX_MESSAGE = 1 << 16
-# what the runner reports when the program or the test raised, as the test's outcome
-_RAISED = {"assertion": "wrong_answer", "memory": "memory_limit", "error": "runtime_error"}
+log = logging.getLogger("rewardprof.environments.code")
+_HERE = Path(__file__).parent
+_WIRE = (_HERE / "_code_wire.py").read_text()
+RUNNER = _WIRE + (_HERE / "_sandbox_runner.py").read_text()
+JUDGE = _WIRE + (_HERE / "_code_judge.py").read_text()
+_RAISED = {"error": "runtime_error", "memory": "memory_limit", "exit": "early_exit"}
+_WIRE_FAULT = {"oversized": "output_limit", "malformed": "protocol_violation"}
+_JUDGE_END = {"ran": "ok", "assertion": "wrong_answer", "error": "runtime_error"}
 _VIOLATIONS = {
     "network": (
         "Network is unreachable",
@@ -55,6 +65,14 @@ _VIOLATIONS = {
     "filesystem": ("Read-only file system", "Permission denied", "No such file or directory"),
     "processes": ("BlockingIOError", "Resource temporarily unavailable", "can't start new thread"),
 }
+
+
+def clean_text(text: Any, limit: int) -> str:
+    """Text from the program made storable: no lone surrogates, no NULs, at most `limit`
+    characters (so a program's fault is always its reward 0, never an unwritable record)."""
+    text = str(text)[: limit * 2]
+    text = text.encode("utf-8", "replace").decode("utf-8", "replace").replace("\0", "\\0")
+    return text[:limit]
 
 
 def _violation(stderr: str) -> str | None:
@@ -71,102 +89,100 @@ def _same_output(actual: str, expected: str) -> bool:
     return a == e
 
 
-class _EqualityGuard(ast.NodeTransformer):
-    """`a == b` -> `<name>(a, b)`: the runner's check that refuses a rigged __eq__."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        self.generic_visit(node)
-        if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
-            return node
-        call = ast.Call(ast.Name(self.name, ast.Load()), [node.left, node.comparators[0]], [])
-        return ast.copy_location(call, node)
-
-
-def guard_equality(test: str, name: str) -> str:
-    """The test code with every single `==` comparison going through the runner's check."""
-    try:
-        tree = _EqualityGuard(name).visit(ast.parse(test))
-        return ast.unparse(ast.fix_missing_locations(tree))
-    except (SyntaxError, ValueError, RecursionError):
-        return test  # the runner compiles it and reports the error as the test's
+def _judged(fault: BaseException) -> dict[str, Any]:
+    """A test's outcome from what ended its evaluation here."""
+    if isinstance(fault, AssertionError):
+        return {"outcome": "wrong_answer", "detail": f"AssertionError: {fault}", "stop": True}
+    if isinstance(fault, ProgramRaised):
+        return {"outcome": _RAISED[fault.kind], "detail": fault.detail, "stop": True}
+    if isinstance(fault, ChannelClosed):  # how it ended is read from the sandbox's report
+        return {"outcome": "gone" if fault.what == "eof" else "timeout"}
+    if isinstance(fault, WireViolation):
+        return {"outcome": _WIRE_FAULT[fault.what], "detail": str(fault), "stop": True}
+    # the test met a value it cannot use (a program object where data was due, a wrong type)
+    return {"outcome": "runtime_error", "detail": f"{type(fault).__name__}: {fault}", "stop": True}
 
 
-class _Conversation:
-    """The harness's side of one assert test (see _sandbox_runner.py for the runner's)."""
+class _AssertTest:
+    """The harness's side of one assert test: the pipes to the runner, and its judge."""
 
-    def __init__(self, test: str):
-        # a name per test: the program cannot know what to rebind before the test runs
-        self.equal = f"__rewardprof_equal_{secrets.token_hex(4)}__"
-        self.test = guard_equality(test, self.equal)
-        self.nonce = secrets.token_hex(16)
-        self.from_runner, self.runner_out = os.pipe()
-        self.runner_in, self.to_runner = os.pipe()
-        os.set_blocking(self.to_runner, False)
-        self._buffer = b""
+    def __init__(self, test: str, cap: int):
+        self.test, self.cap = test, cap
+        self.plan = value_plan(test)
+        self.from_program, self.program_out = os.pipe()
+        self.program_in, self.to_program = os.pipe()
+        self.shape = "values" if self.plan is not None else "judge"
 
     def runner_config(self) -> dict[str, int]:
-        return {"to_harness": self.runner_out, "from_harness": self.runner_in}
+        return {"to_harness": self.program_out, "from_harness": self.program_in, "cap": self.cap}
 
     def child_fds(self) -> tuple[int, int]:
-        return (self.runner_out, self.runner_in)
-
-    def _receive(self, deadline: float) -> dict[str, Any] | str:
-        """The runner's next message, or "eof" / "timeout" / "malformed"."""
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.from_runner], [], [], left)[0]:
-                return "timeout"
-            chunk = os.read(self.from_runner, _MAX_MESSAGE)
-            if not chunk:
-                return "eof"
-            self._buffer += chunk
-            if len(self._buffer) > _MAX_MESSAGE:
-                return "malformed"
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            message = json.loads(line)
-        except (ValueError, RecursionError):  # the program can write here: anything may come
-            return "malformed"
-        return message if isinstance(message, dict) else "malformed"
-
-    def _send(self, message: dict[str, Any], deadline: float) -> bool:
-        data = (json.dumps(message) + "\n").encode()
-        while data:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([], [self.to_runner], [], left)[1]:
-                return False
-            try:
-                data = data[os.write(self.to_runner, data) :]
-            except BrokenPipeError:
-                return False
-        return True
+        return (self.program_out, self.program_in)
 
     def talk(self, deadline: float) -> dict[str, Any]:
-        """{"passed": bool, "end": what ended it, "detail": the runner's words, "stop": bool}."""
-        test = {"test": self.test, "equal": self.equal}
-        for expected, reply in (("loaded", test), ("ran", {"nonce": self.nonce})):
-            message = self._receive(deadline)
-            if isinstance(message, str):
-                return {"passed": False, "end": message, "stop": message == "malformed"}
-            event = message.get("event")
-            if event != expected:
-                if isinstance(event, str) and (event in _RAISED or event == "exit"):
-                    detail = message.get("detail")  # the runner's words, or the program's
-                    return {"passed": False, "end": event, "detail": str(detail)[:300]}
-                return {"passed": False, "end": "malformed", "stop": True}
-            if not self._send(reply, deadline):
-                return {"passed": False, "end": "timeout"}
-        message = self._receive(deadline)
-        if isinstance(message, str):
-            return {"passed": False, "end": message, "stop": message == "malformed"}
-        passed = message == {"event": "passed", "nonce": self.nonce}
-        return {"passed": passed, "end": "passed" if passed else "malformed", "stop": not passed}
+        """{"outcome", "detail", "stop"}: "stop" once the verdict is in (the program is then
+        stopped); outcome "gone" when the program's process ended first."""
+        try:
+            if self.plan is not None:
+                program = ProgramClient(
+                    Channel(self.from_program, self.to_program, self.cap), deadline
+                )
+                program.wait_loaded()
+                judge_values(self.plan, program)
+                return {"outcome": "ok", "stop": True}
+            return self._judge_elsewhere(deadline)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            return _judged(exc)
+
+    def _judge_elsewhere(self, deadline: float) -> dict[str, Any]:
+        verdict_r, verdict_w = os.pipe()
+        cfg = {
+            "from_program": self.from_program,
+            "to_program": self.to_program,
+            "verdict_fd": verdict_w,
+            "cap": self.cap,
+            "test": self.test,
+        }
+        judge = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", JUDGE, json.dumps(cfg)],
+            pass_fds=(self.from_program, self.to_program, verdict_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os.close(verdict_w)
+        try:
+            verdict = Channel(verdict_r, -1, 1 << 16).receive(deadline)
+        except ChannelClosed as exc:
+            if exc.what == "timeout":
+                return {"outcome": "timeout"}
+            raise SandboxError("the test's judge ended without a verdict") from None
+        finally:
+            os.close(verdict_r)
+            os.killpg(judge.pid, signal.SIGKILL)
+            judge.wait()
+        end, detail = verdict.get("end"), verdict.get("detail") or None
+        if end in _JUDGE_END:
+            return {"outcome": _JUDGE_END[end], "detail": detail, "stop": True}
+        if end == "program_raised":
+            return {
+                "outcome": _RAISED.get(verdict.get("kind"), "runtime_error"),
+                "detail": detail,
+                "stop": True,
+            }
+        if end == "violation":
+            return {
+                "outcome": _WIRE_FAULT.get(verdict.get("what"), "protocol_violation"),
+                "detail": detail,
+                "stop": True,
+            }
+        return {"outcome": "gone"}
 
     def close(self) -> None:
-        for fd in (self.from_runner, self.to_runner):
+        for fd in (self.from_program, self.to_program):
             os.close(fd)
 
 
@@ -179,36 +195,40 @@ def _signal_outcome(res: RunResult) -> str | None:
     return None
 
 
-def _stdio_outcome(res: RunResult, expected: str) -> str:
+def _ended_outcome(res: RunResult) -> str | None:
+    """What stopped the program, whatever the test: a kill, a full file, memory."""
+    if res.sandbox.get("memory_oom"):
+        return "memory_limit"  # the sandbox's memory cgroup killed one of its processes
     if (by_signal := _signal_outcome(res)) is not None:
         return by_signal
     if "MemoryError" in res.stderr or "Cannot allocate memory" in res.stderr:
         return "memory_limit"
+    return None
+
+
+def _stdio_outcome(res: RunResult, expected: str) -> str:
+    if (ended := _ended_outcome(res)) is not None:
+        return ended
     if res.returncode != 0:
         return "runtime_error"
     return "ok" if _same_output(res.stdout, expected) else "wrong_answer"
 
 
 def _assert_outcome(res: RunResult, talk: dict[str, Any]) -> str:
-    if talk.get("passed"):
-        return "ok"
-    end = talk.get("end")
-    if end in _RAISED:
-        return _RAISED[end]
-    if end == "exit":
-        return "early_exit"
-    if end == "malformed":
-        return "protocol_violation"
-    if (by_signal := _signal_outcome(res)) is not None:
-        return by_signal
-    return "early_exit"  # the process ended before the test code returned
+    if res.sandbox.get("memory_oom"):
+        return "memory_limit"
+    if talk["outcome"] not in ("gone", "timeout"):
+        return talk["outcome"]
+    if talk["outcome"] == "timeout":
+        return "timeout"
+    return _ended_outcome(res) or "early_exit"  # it ended before the test was judged
 
 
 def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, mechanism: str):
     if "assert" not in test:
         res, _ = run_program(program, str(test.get("stdin", "")), limits, workdir, mechanism)
         return res, _stdio_outcome(res, test.get("expected_stdout", "")), None
-    talk = _Conversation(test["assert"])
+    talk = _AssertTest(test["assert"], limits.max_output_bytes)
     try:
         res, said = run_program(
             program,
@@ -222,14 +242,26 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
         )
     finally:
         talk.close()
+    res.sandbox["test_shape"] = talk.shape
     return res, _assert_outcome(res, said), said.get("detail")
 
 
 def prepare(limits: Limits) -> str:
     """Once per worker: bind it to its rollout job and sweep what killed jobs left
-    (sandbox_cleanup); then the mechanism to use (bubblewrap's probe is cached)."""
+    (sandbox_cleanup, sandbox_memory); then the mechanism to use (bubblewrap's probe is
+    cached), said in the job's log with how memory_mb is enforced."""
+    first = not sandbox_cleanup.swept()
     sandbox_cleanup.prepare_worker(kill_uid)
-    return choose_mechanism(limits)
+    mechanism = choose_mechanism(limits)
+    if first:
+        sandbox_memory.sweep_stale()
+        memory = (
+            "one memory cgroup per sandbox"
+            if sandbox_memory.available()
+            else "per process (RLIMIT_AS): no writable cgroup v1 memory controller"
+        )
+        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, memory)
+    return mechanism
 
 
 def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, Any]) -> dict:
@@ -266,9 +298,9 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
                     "failure": outcome,
                     "failed_test": i,
                     "violation": _violation(res.stderr + (detail or "")),
-                    "detail": detail,
-                    "stderr_tail": res.stderr[-600:],
-                    "stdout_head": res.stdout[:300],
+                    "detail": clean_text(detail, 300) if detail else None,
+                    "stderr_tail": clean_text(res.stderr[-600:], 600),
+                    "stdout_head": clean_text(res.stdout[:300], 300),
                 }
                 break
     finally:

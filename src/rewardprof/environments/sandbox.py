@@ -12,8 +12,10 @@ Two mechanisms, named in every result's `sandbox["mechanism"]`:
   `kill -1` as that uid. It does NOT hide the filesystem (the project, the run directory and
   /proc stay readable) nor host Unix sockets. Without root: only the rlimits and a timeout.
 
-Both: a wall-clock timeout (SIGKILL), stdout and stderr to files capped by RLIMIT_FSIZE, and a
-parent-death SIGKILL so nothing outlives the verification worker (sandbox_cleanup.py).
+Both (sandbox_mechanisms.py puts them behind one interface, `Sandbox`): a wall-clock timeout
+(SIGKILL), stdout and stderr to files capped by RLIMIT_FSIZE, a parent-death SIGKILL so nothing
+outlives the verification worker (sandbox_cleanup.py), and `memory_mb` for the whole sandbox
+(a memory cgroup per run where the machine has one, sandbox_memory.py; else per process).
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ from typing import Any
 
 from rewardprof.core.errors import RewardprofError
 from rewardprof.environments import sandbox_cleanup
-from rewardprof.environments.sandbox_bwrap import (
-    SANDBOX_PROGRAM,
-    SANDBOX_SCRATCH,
-    bwrap_argv,
-    bwrap_works,
+from rewardprof.environments.sandbox_bwrap import bwrap_works
+from rewardprof.environments.sandbox_mechanisms import (
+    Sandbox,
+    kill_uid,
+    launcher_command,
+    sandbox_for,
 )
+from rewardprof.environments.sandbox_memory import MemoryCgroup
 
-LAUNCHER = (Path(__file__).with_name("_sandbox_launcher.py")).read_text()
 MECHANISMS = ("auto", "bubblewrap", "launcher")
 _counter = itertools.count()
 _lock = threading.Lock()
@@ -123,21 +126,99 @@ def new_uid() -> int:
         return sandbox_cleanup.worker_uids(os.getpid())[next(_counter) % 64]
 
 
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid` (as that uid, so nothing else can be hit)."""
-    cfg = json.dumps({"mode": "kill", "uid": uid, "status_fd": 2})
-    subprocess.run(
-        [sys.executable, "-I", "-S", "-c", LAUNCHER, cfg],
-        timeout=30,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
-
-
 def _read_capped(path: Path, cap: int) -> str:
     with path.open("rb") as f:
         return f.read(cap).decode("utf-8", "replace")
+
+
+def _supervise(
+    cmd: list[str],
+    cwd: str,
+    env: dict[str, str],
+    workdir: Path,
+    child_fds: tuple[int, ...],
+    during: Callable[[float], dict[str, Any]] | None,
+    timeout_s: float,
+) -> tuple[subprocess.Popen, bool, dict[str, Any]]:
+    """Start `cmd` with `child_fds` kept open for it (closed here once it has them), let
+    `during` talk to it, and wait for it until the deadline (then SIGKILL its group)."""
+    timed_out, talk, proc = False, {}, None
+    start = time.monotonic()
+    try:
+        with (
+            open(workdir / "stdin", "rb") as fin,
+            open(workdir / "stdout", "wb") as fout,
+            open(workdir / "stderr", "wb") as ferr,
+        ):
+            proc = subprocess.Popen(
+                cmd,
+                stdin=fin,
+                stdout=fout,
+                stderr=ferr,
+                pass_fds=child_fds,
+                start_new_session=True,
+                cwd=cwd,
+                env=env,
+            )
+    finally:
+        for fd in child_fds:  # the sandbox has its own copies now (or never will)
+            os.close(fd)
+    try:
+        deadline = start + timeout_s
+        if during is not None:
+            talk = during(deadline)
+        if talk.get("stop"):  # the harness has its verdict, or has seen a forged message
+            deadline = time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap: its sandbox dies with it
+            proc.wait()
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc, timed_out, talk
+
+
+def _launcher_report(status_r: int, proc: subprocess.Popen | None, err_path: Path) -> dict:
+    """The launcher's containment report (SandboxError if the sandbox did not start)."""
+    with os.fdopen(status_r, "rb") as f:
+        lines = f.read().decode().splitlines()
+    status: dict[str, Any] = {}
+    for line in lines:  # the containment report, then an error if exec itself failed
+        status.update(json.loads(line))
+    if "error" in status:
+        raise SandboxError(f"sandbox setup failed: {status['error']}")
+    if not status:
+        rc = proc.returncode if proc is not None else None
+        err = _read_capped(err_path, 300).strip()
+        raise SandboxError(f"sandbox did not start the program (exit {rc}): {err}")
+    return status
+
+
+def _program_env(scratch: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": scratch,
+        "TMPDIR": scratch,
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _launcher_limits(limits: Limits) -> dict[str, int]:
+    """The rlimits the launcher sets (_sandbox_launcher.set_limits)."""
+    return {
+        "scratch_bytes": limits.scratch_mb << 20,
+        "cpu_s": limits.cpu_s,
+        "memory_mb": limits.memory_mb,
+        "max_output_bytes": limits.max_output_bytes,
+        "nproc": limits.nproc,
+    }
 
 
 def run_program(
@@ -159,130 +240,63 @@ def run_program(
     side of the conversation) and its answer is returned next to the RunResult. The caller's
     copies of `pass_fds` are closed here once the sandbox has them.
     """
+    box: Sandbox = sandbox_for(mechanism)
     uid = new_uid()
     (workdir / "main.py").write_text(program)
     (workdir / "stdin").write_text(stdin)
     python = sandbox_python(limits, mechanism)
-    if mechanism == "bubblewrap":
-        program_path, scratch = SANDBOX_PROGRAM, SANDBOX_SCRATCH
-    else:
-        program_path, scratch = str(workdir / "main.py"), str(workdir / "scratch")
-        (workdir / "scratch").mkdir()
-        if os.getuid() == 0:
-            os.chown(workdir / "scratch", uid, uid)
-            (workdir / "scratch").chmod(0o700)
+    program_path, scratch = box.paths(workdir, uid)
     argv = [python, "-I", program_path]
     if runner is not None:
         source, config = runner
         argv = [python, "-I", "-c", source, json.dumps({**config, "program": program_path})]
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": scratch,
-        "TMPDIR": scratch,
-        "LANG": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    view: list[str] = []  # bwrap's options, built before any fd is opened here
-    if mechanism == "bubblewrap":
-        view = bwrap_argv(python, workdir / "main.py", limits.scratch_mb << 20, [])
+    env = _program_env(scratch)
+    try:
+        wrapper, launcher_python, cwd = box.command(python, workdir, limits.scratch_mb << 20)
+        cgroup = MemoryCgroup.create(limits.memory_mb)
+    except BaseException:
+        for fd in pass_fds:
+            os.close(fd)
+        raise
     status_r, status_w = os.pipe()
     cfg = {
         "mode": "run",
         "uid": uid,
         "status_fd": status_w,
         "scratch": scratch,
-        "contain": limits.isolate and mechanism == "launcher",
-        "pid_namespace": limits.isolate or mechanism == "bubblewrap",
-        "scratch_bytes": limits.scratch_mb << 20,
-        "cpu_s": limits.cpu_s,
-        "memory_mb": limits.memory_mb,
-        "max_output_bytes": limits.max_output_bytes,
-        "nproc": limits.nproc,
+        **box.launcher_options(limits.isolate),
+        **_launcher_limits(limits),
         "argv": argv,
         "env": env,
     }
-    if mechanism == "bubblewrap":
-        cmd = [*view, python, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
-        cwd = str(workdir)
-    else:
-        cmd = [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
-        cwd = scratch
-    out_path, err_path = workdir / "stdout", workdir / "stderr"
-    timed_out = False
-    talk: dict[str, Any] = {}
-    proc: subprocess.Popen | None = None
-    started = False  # once it is, the child's ends of the pipes are closed here
+    cmd = [*wrapper, *launcher_command(launcher_python, cfg)]
+    if cgroup is not None:  # its first process joins the cgroup, then execs the sandbox
+        cmd = cgroup.joining(cmd)
+    proc = None
     start = time.monotonic()
     try:
-        with (
-            open(workdir / "stdin", "rb") as fin,
-            open(out_path, "wb") as fout,
-            open(err_path, "wb") as ferr,
-        ):
-            proc = subprocess.Popen(
-                cmd,
-                stdin=fin,
-                stdout=fout,
-                stderr=ferr,
-                pass_fds=(status_w, *pass_fds),
-                start_new_session=True,
-                cwd=cwd,
-                env=env,
-            )
-        started = True
-        for fd in (status_w, *pass_fds):  # the sandbox has its own copies now
-            os.close(fd)
-        deadline = start + limits.timeout_s
-        if during is not None:
-            talk = during(deadline)
-        if talk.get("stop"):  # the harness has seen enough (a forged or broken message)
-            deadline = time.monotonic()
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)  # bwrap: its sandbox dies with it
-            proc.wait()
+        proc, timed_out, talk = _supervise(
+            cmd, cwd, env, workdir, (status_w, *pass_fds), during, limits.timeout_s
+        )
         wall = time.monotonic() - start
-        with os.fdopen(status_r, "rb") as f:
-            status_r = -1
-            status_lines = f.read().decode().splitlines()
+        reading, status_r = status_r, -1  # _launcher_report closes it
+        status = _launcher_report(reading, proc, workdir / "stderr")
     finally:
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for fd in (status_r,) if started else (status_r, status_w, *pass_fds):
-            if fd >= 0:
-                os.close(fd)
-        # What the program left running: gone with bwrap's PID namespace; the fallback kills
-        # by uid (or process group without root).
-        if mechanism == "launcher" and uid != os.getuid():
-            kill_uid(uid)
-        elif mechanism == "launcher" and proc is not None:
-            with contextlib.suppress(ProcessLookupError):  # the group is already gone
-                os.killpg(proc.pid, signal.SIGKILL)
-    status: dict[str, Any] = {}
-    for line in status_lines:  # the containment report, then an error if exec itself failed
-        status.update(json.loads(line))
-    if "error" in status:
-        raise SandboxError(f"sandbox setup failed: {status['error']}")
-    if not status:
-        rc = proc.returncode if proc is not None else None
-        err = _read_capped(err_path, 300).strip()
-        raise SandboxError(f"sandbox did not start the program (exit {rc}): {err}")
-    if mechanism == "bubblewrap":  # what bwrap built, on top of the launcher's report
-        status.update(net_isolated=True, fs_readonly=True, fs_hidden=True, scratch_quota=True)
-    status["mechanism"] = mechanism
+        if status_r >= 0:
+            os.close(status_r)
+        box.after(uid, proc)
+        memory = cgroup.report() if cgroup is not None else {"memory_limit": "per_process"}
+        if cgroup is not None:
+            cgroup.remove()
+    status.update(box.containment(), **memory, mechanism=mechanism)
     # how the program itself ended, as the launcher saw it (bwrap's own exit code turns a
     # signal into 128 + n); else the process we started is the program
     returncode = status.pop("program_exit", proc.returncode)
     cap = limits.max_output_bytes
     result = RunResult(
         returncode,
-        _read_capped(out_path, cap),
-        _read_capped(err_path, cap),
+        _read_capped(workdir / "stdout", cap),
+        _read_capped(workdir / "stderr", cap),
         timed_out,
         round(wall, 3),
         status,
@@ -290,4 +304,4 @@ def run_program(
     return result, talk
 
 
-__all__ = ["Limits", "RunResult", "SandboxError", "choose_mechanism", "run_program"]
+__all__ = ["Limits", "RunResult", "SandboxError", "choose_mechanism", "kill_uid", "run_program"]

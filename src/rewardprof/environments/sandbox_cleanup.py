@@ -88,7 +88,7 @@ def processes_of_uids(uids: range) -> dict[int, list[int]]:
     return found
 
 
-def _is_stale(name: str, now: float, mtime: float) -> bool:
+def is_stale(name: str, now: float, mtime: float) -> bool:
     m = _NAME.match(name)
     if m is None:
         return now - mtime > _LEGACY_AGE_S
@@ -103,7 +103,7 @@ def sweep_stale(kill_uid: Callable[[int], None], tmp: str | None = None) -> list
     now = time.time()
     for path in base.glob(f"{PREFIX}*"):
         try:
-            stale = path.is_dir() and _is_stale(path.name, now, path.stat().st_mtime)
+            stale = path.is_dir() and is_stale(path.name, now, path.stat().st_mtime)
         except OSError:
             continue  # removed by another sweep meanwhile
         if not stale:
@@ -127,6 +127,11 @@ def bind_worker_to_job() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+
+
+def swept() -> bool:
+    """This process has prepared itself already (prepare_worker ran)."""
+    return _swept
 
 
 def prepare_worker(kill_uid: Callable[[int], None]) -> None:

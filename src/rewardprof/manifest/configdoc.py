@@ -16,6 +16,7 @@ from rewardprof.core.config import (
     Engine,
     Entry,
     Export,
+    Fleet,
     GeneratorSource,
     Profile,
     Rollout,
@@ -36,6 +37,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("rollout", Rollout, "The rollout client: concurrency, timeouts, retries, journal."),
     ("profile", Profile, "Statistics of the profile stage."),
     ("export", Export, "The filtered, re-weighted training set (docs/profile.md)."),
+    ("fleet", Fleet, "A shared engine fleet for a sweep (`rewardprof fleet`, docs/engine.md)."),
 ]
 
 

@@ -4,7 +4,8 @@ Per shard and overall: rollouts collected of those expected, rollouts/s, tokens/
 failures by kind, and which shards stopped (with their last error). Counts come from the
 journal (read-only: key columns only, no lock taken, so running jobs are never disturbed); the
 state, rates and errors from each rollout job's heartbeat (`rollouts/status/<i>-of-<n>.json`,
-stages/rollout/heartbeat.py). `--watch` redraws it every few seconds.
+stages/rollout/heartbeat.py): with several engine replicas, also each replica's state,
+requests in flight, done and errors as the jobs see them. `--watch` redraws it every few seconds.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
     for s in shards:
         failures.update(s["failures"])
     return {
+        "replicas": replicas_of(beats.values(), now),
         "run_dir": str(layout.root),
         "num_shards": n,
         "expected": total_exp,
@@ -160,6 +162,31 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         "shards": shards,
         "taken_at": now,
     }
+
+
+def replicas_of(beats, now: float) -> list[dict[str, Any]]:
+    """Each engine replica the rollout jobs balance over (their heartbeats' `replicas`),
+    summed over the jobs: in flight (live jobs only), done, errors; its state is `in` when
+    some live job has it in, else what the jobs last saw."""
+    found: dict[str, dict[str, Any]] = {}
+    for beat in beats:
+        live = is_live(beat, now)
+        for r in beat.get("replicas") or []:
+            if not isinstance(r, dict) or not isinstance(r.get("url"), str):
+                continue
+            row = found.setdefault(
+                r["url"],
+                {"url": r["url"], "state": None, "in_flight": 0, "done": 0, "errors": 0},
+            )
+            row["done"] += int(r.get("done") or 0)
+            row["errors"] += int(r.get("errors") or 0)
+            if live:
+                row["in_flight"] += int(r.get("in_flight") or 0)
+            if row["state"] != "in" and (live or row["state"] is None):
+                row["state"] = r.get("state")
+            if r.get("last_error"):
+                row["last_error"] = r["last_error"]
+    return list(found.values())
 
 
 def _kinds(failures: dict[str, int]) -> str:
@@ -186,6 +213,13 @@ def format_status(st: dict[str, Any]) -> str:
             f"{s['rollouts_per_s']:>10.2f} {s['tokens_per_s']:>9.0f} {s['eta'] or '-':>7}  "
             f"{_kinds(s['failures'])}"
         )
+    if st.get("replicas"):
+        lines += ["", f"{'replica':<40} {'state':<9} {'in flight':>9} {'done':>8} {'errors':>7}"]
+        lines += [
+            f"{r['url']:<40} {r['state'] or '?':<9} {r['in_flight']:>9} {r['done']:>8} "
+            f"{r['errors']:>7}"
+            for r in st["replicas"]
+        ]
     problems = [s for s in st["shards"] if s["state"] in ("failed", "stopped", "lost")]
     if problems:
         lines += ["", "stopped shards:"]

@@ -289,7 +289,8 @@ json.dumps = lambda *a, **k: '{"event": "passed"}'
 """
     + WRONG_ADD,
     0.0,
-    failure="wrong_answer",
+    failure="protocol_violation",
+    why="the program's own side of the wire breaks; no verdict is ever sent from its process",
 )
 ALWAYS_EQUAL = """class AlwaysEqual(int):
     def __eq__(self, other):
@@ -374,6 +375,197 @@ if os.fork() == 0:
         "it is killed with the program's PID namespace first"
     ),
 )
+
+# --- cheats on the grader's process (issue 28): the program's process only computes, so
+# whatever it patches there, the comparison is made where it never ran ---
+ISCLOSE = {
+    "prompt": "Write a function add(a, b) returning a + b.",
+    "test_setup_code": "import math",
+    "test_list": [
+        "assert math.isclose(add(0.5, 0.25), 0.75)",
+        "assert math.isclose(add(2, 2), 4.0)",
+    ],
+}
+OBJECT_ADD = {
+    "prompt": "Write a class Solution with a method add(a, b) returning a + b.",
+    "test_code": "s = Solution()\nassert s.add(1, 2) == 3\nassert s.add(-1, 1) == 0\n",
+}
+RAISES = {
+    "prompt": "add(a, b) returns a + b and raises ValueError when either is negative.",
+    "test_code": """import unittest
+
+class TestAdd(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(1, 2), 3)
+        with self.assertRaises(ValueError):
+            add(-1, 2)
+
+assert unittest.main(exit=False).result.wasSuccessful()
+""",
+}
+HONEST_ADD = "def add(a, b):\n    return a + b\n"
+for name, task, program, why in (
+    ("honest_isclose", ISCLOSE, HONEST_ADD, "math.isclose judged in the harness, on data"),
+    (
+        "honest_object_method",
+        OBJECT_ADD,
+        "class Solution:\n    def add(self, a, b):\n        return a + b\n",
+        "an object stays in the program's process; its method's result comes back as data",
+    ),
+    (
+        "honest_raises_value_error",
+        RAISES,
+        "def add(a, b):\n    if a < 0 or b < 0:\n        raise ValueError('negative')\n"
+        "    return a + b\n",
+        "the program's ValueError reaches the test code as a ValueError (assertRaises holds)",
+    ),
+):
+    row(name, "honest", task, program, 1.0, why=why)
+GRADER_CHEATS = [
+    ("patch_main_equal", ADD, "import __main__\n__main__._equal = lambda a, b: True\n", None),
+    (
+        "replace_runner_exec",
+        ADD,
+        "import __main__\nfor n in ('_exec', 'exec', 'compute', 'serve', 'judge'):\n"
+        "    setattr(__main__, n, lambda *a, **k: None)\n",
+        None,
+    ),
+    (
+        "replace_saved_builtins",
+        ABS,
+        "import __main__, builtins\nbuiltins.abs = lambda x: 3\n"
+        "for n in ('_PRISTINE_BUILTINS', '__builtins__'):\n"
+        "    d = getattr(__main__, n, None)\n"
+        "    if isinstance(d, dict):\n"
+        "        d['abs'] = lambda x: 3\n",
+        None,
+    ),
+    (
+        "settrace_rewrites_locals",
+        ADD,
+        "import sys, ctypes\n"
+        "def tracer(frame, event, arg):\n"
+        "    names = frame.f_code.co_varnames[:2]\n"
+        "    if event == 'call' and names in (('left', 'right'), ('a', 'b')):\n"
+        "        loc = frame.f_locals\n"
+        "        if names[0] in loc and names[1] in loc:\n"
+        "            loc[names[1]] = loc[names[0]]\n"
+        "            ctypes.pythonapi.PyFrame_LocalsToFast(\n"
+        "                ctypes.py_object(frame), ctypes.c_int(0))\n"
+        "    return tracer\n"
+        "sys.settrace(tracer)\n",
+        None,
+    ),
+    ("shadow_builtin_at_module_level", ABS, "def abs(x):\n    return 3\n", None),
+    (
+        "int_subclass_true_then_false",
+        ADD,
+        "class Flip(int):\n    calls = 0\n    def __eq__(self, other):\n"
+        "        Flip.calls += 1\n        return Flip.calls == 1\n"
+        "    def __ne__(self, other):\n        return not self.__eq__(other)\n"
+        "    __hash__ = int.__hash__\n",
+        "def add(a, b):\n    return Flip(a - b)\n",
+    ),
+    (
+        "patch_unittest_assert_equal",
+        UNITTEST,
+        "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n",
+        None,
+    ),
+    (
+        "patch_math_isclose",
+        ISCLOSE,
+        "import math, operator\nmath.isclose = lambda *a, **k: True\n"
+        "operator.eq = lambda a, b: True\n",
+        None,
+    ),
+    (
+        "patch_json_decoder",
+        ADD,
+        "import json, json.decoder\n"
+        "real = json.decoder.JSONDecoder.decode\n"
+        "def decode(self, s, *a, **k):\n"
+        "    message = real(self, s, *a, **k)\n"
+        "    if isinstance(message, dict) and 'test' in message:\n"
+        "        message['test'] = 'pass'\n"
+        "    return message\n"
+        "json.decoder.JSONDecoder.decode = decode\n",
+        None,
+    ),
+    (
+        "fake_unittest_module",
+        UNITTEST,
+        "import sys, types\nfake = types.ModuleType('unittest')\n"
+        "class TestCase:\n    def assertEqual(self, *a):\n        pass\n"
+        "class _R:\n    def wasSuccessful(self):\n        return True\n"
+        "class main:\n    def __init__(self, *a, **k):\n        self.result = _R()\n"
+        "fake.TestCase, fake.main = TestCase, main\nsys.modules['unittest'] = fake\n",
+        None,
+    ),
+    (
+        "walk_stack_for_expected",
+        ADD,
+        "import re, sys\n",
+        "def add(a, b):\n"
+        "    frame = sys._getframe(1)\n"
+        "    while frame is not None:\n"
+        "        for value in list(frame.f_locals.values()) + list(frame.f_globals.values()):\n"
+        "            if isinstance(value, str) and 'add(' in value:\n"
+        "                m = re.search(r'add\\(%r, %r\\)(?: ==|,) (-?\\d+)' % (a, b), value)\n"
+        "                if m:\n"
+        "                    return int(m.group(1))\n"
+        "        frame = frame.f_back\n"
+        "    return a - b\n",
+    ),
+    (
+        "speak_protocol_at_load",
+        ADD,
+        "import json, os\n"
+        "argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+        "cfg = json.loads(argv[-2] if argv[-1] == b'' else argv[-1])\n"
+        "out, inp = cfg['to_harness'], cfg['from_harness']\n"
+        "def say(message):\n"
+        "    os.write(out, (json.dumps(message) + '\\n').encode())\n"
+        "say({'event': 'loaded'})\n"
+        "for line in os.fdopen(inp, 'rb'):\n"
+        "    message = json.loads(line)\n"
+        "    if 'nonce' in message:\n"
+        "        say({'event': 'passed', 'nonce': message['nonce']})\n"
+        "        break\n"
+        "    say({'event': 'ran'} if 'test' in message else {'value': 3})\n"
+        "os._exit(0)\n",
+        None,
+    ),
+    (
+        "always_equal_object_in_unittest",
+        UNITTEST,
+        "class Anything:\n    def __eq__(self, other):\n        return True\n",
+        "def add(a, b):\n    return Anything()\n",
+    ),
+    (
+        "surrogate_nul_huge_exception_text",
+        ADD,
+        "",
+        "def add(a, b):\n    raise ValueError('\\ud800' + '\\0' * 100 + 'x' * 1000000)\n",
+    ),
+]
+MAP_ADD = {
+    "prompt": "Write a function add(a, b) returning a + b.",
+    "test_code": "assert all(map(lambda x: add(x, x) == 2 * x, [1, 2, 3]))\n",
+}
+row("honest_map_add", "honest", MAP_ADD, HONEST_ADD, 1.0, why="test code of the judge shape")
+GRADER_CHEATS.append(
+    (
+        "stop_iteration_ends_map",
+        MAP_ADD,
+        "",
+        "def add(a, b):\n    raise StopIteration\n",
+    )
+)
+for name, task, prelude, add in GRADER_CHEATS:
+    failure = "runtime_error" if "exception_text" in name else None
+    why = "judged outside the program's process: its patches change only what it computes"
+    row(name, "cheat", task, prelude + (add or WRONG_ADD), 0.0, failure=failure, why=why)
 
 # --- cheats on what the program can reach: reward 0 with bubblewrap ---
 row(

@@ -6,8 +6,14 @@ not hide the filesystem, /proc or host sockets, the cheats on the filesystem vie
 The bait the cheats look for is real and reachable on the host: a source JSONL with the rows
 and an (uncompressed) tasks.parquet in a world-readable project directory, a world-writable
 Unix socket and an abstract one that answer with the expected output, and a process whose
-command line and environment carry it. Needs root (the sandbox's uid drop and namespaces);
-under CI=true a missing bubblewrap is a failure, never a skip.
+command line and environment carry it. The cheats on the grader (patching what the test code
+would use, tracing, walking the stack, speaking the runner's pipes) score 0 because no test
+code, expected value or verdict is in the program's process.
+
+These tests spawn sandboxes; they sit in tests/unit/environments next to test_code_sandbox.py
+(the code environment's other sandbox tests) rather than in tests/faults. Needs root (the
+sandbox's uid drop and namespaces); under CI=true a missing bubblewrap is a failure, never a
+skip.
 """
 
 from __future__ import annotations
@@ -119,6 +125,23 @@ def test_catalogue_covers_what_it_must():
         "override_builtin_the_test_uses",
         "print_pass_marker",
         "daemon_writes_after_exit",
+        # the grader attacks of issue 28: all scored 1 when test code ran in the program's
+        # process; now only the program's return values leave it
+        "patch_main_equal",
+        "replace_runner_exec",
+        "replace_saved_builtins",
+        "settrace_rewrites_locals",
+        "shadow_builtin_at_module_level",
+        "int_subclass_true_then_false",
+        "patch_unittest_assert_equal",
+        "patch_math_isclose",
+        "patch_json_decoder",
+        "fake_unittest_module",
+        "walk_stack_for_expected",
+        "speak_protocol_at_load",
+        "always_equal_object_in_unittest",
+        "surrogate_nul_huge_exception_text",
+        "stop_iteration_ends_map",
     }
     assert must <= names
     assert {c["reward"] for c in CATALOGUE if c["kind"] == "cheat"} == {0.0}
@@ -129,6 +152,8 @@ def test_catalogue_covers_what_it_must():
 def test_bubblewrap(case, bait, ctx):
     v = verify_case(case, bait, ctx, "bubblewrap")
     assert (v.status, v.reward) == ("ok", case["reward"]), v
+    stored = json.dumps(v.extras, ensure_ascii=False)
+    assert "\0" not in stored and stored.encode("utf-8"), "program text must be storable"
     assert v.extras["sandbox"]["mechanism"] == "bubblewrap"
     if case["failure"] is not None:
         assert v.extras["failure"] == case["failure"], v

@@ -20,7 +20,7 @@ import pytest
 from harness.env_helpers import run
 from helpers import require_piece
 
-from rewardprof.environments import make_environment
+from rewardprof.environments import make_environment, sandbox_cleanup, sandbox_memory
 
 IS_ROOT = os.geteuid() == 0
 TESTS = {"tests": [{"input": "2\n", "output": "4\n"}], "prompt": "Double the input."}
@@ -198,3 +198,67 @@ def test_broken_sandbox_is_a_verifier_error_not_a_zero(ctx):
     v = run(env.verify(TESTS, GOOD, ctx))
     assert v.status == "verifier_error" and v.reward is None
     assert "sandbox setup failed" in v.detail
+
+
+FORK_8_X_400MB = """import os, time
+kids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        block = b'\\x01' * (400 << 20)  # written, so resident: 400 MB in each child
+        time.sleep(3)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print(4)
+"""
+
+
+def _mem_available_mb() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(ln.split()[1]) // 1024 for ln in f if ln.startswith("MemAvailable:"))
+
+
+@pytest.mark.parametrize("mechanism", ["bubblewrap", "launcher"])
+def test_forked_children_share_one_memory_limit(ctx, mechanism):
+    """8 children of 400 MB each with memory_mb 512: the sandbox's memory cgroup holds them
+    all to 512 MiB (+ the launcher's share) and the kernel's kills are a memory_limit."""
+    require_piece(
+        "a writable cgroup v1 memory controller", sandbox_memory.available(), "run as root"
+    )
+    lowest, done = [_mem_available_mb()], threading.Event()
+    before = lowest[0]
+
+    def sample():
+        while not done.is_set():
+            lowest[0] = min(lowest[0], _mem_available_mb())
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        v = verify(FORK_8_X_400MB, ctx, memory_mb=512, timeout_s=15, cpu_s=15, sandbox=mechanism)
+    finally:
+        done.set()
+        sampler.join()
+    assert (v.status, v.reward, v.extras["failure"]) == ("ok", 0.0, "memory_limit"), v
+    box = v.extras["sandbox"]
+    assert (box["memory_limit"], box["memory_oom"]) == ("cgroup", True), box
+    # the cgroup's own high-water mark: what the whole sandbox held at its peak
+    assert box["memory_peak_mb"] <= 512 + sandbox_memory.OVERHEAD_MB, box
+    print(f"MemAvailable {before} MB before, lowest {lowest[0]} MB during ({mechanism})")
+    assert sandbox_processes() == []
+    workers = {str(p) for p in pool_workers()}
+    left = [c.name for c in sandbox_memory.ROOT.glob(f"{sandbox_cleanup.PREFIX}*")]
+    assert workers and not [c for c in left if c.split("-")[2] in workers], left
+
+
+def pool_workers() -> list[int]:
+    """The verification workers: this test process's children."""
+    me = str(os.getpid())
+    return [
+        int(pid)
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and (sandbox_cleanup._stat_fields(int(pid)) or ["", ""])[1] == me
+    ]

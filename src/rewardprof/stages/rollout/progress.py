@@ -18,6 +18,7 @@ import logging
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rewardprof.core.kinds import TokensSource
@@ -80,6 +81,8 @@ class Progress:
         self.total, self.label, self.interval_s = total, label, interval_s
         self.stream = stream or sys.stderr
         self.heartbeat = heartbeat
+        # several replicas: their state for the heartbeat (engine/balancer.py snapshot)
+        self.replicas: Callable[[], list[dict[str, Any]]] | None = None
         self.done = self.failed = self.tokens = 0
         self.failures: Counter[str] = Counter()
         self.last_error: str | None = None
@@ -148,6 +151,7 @@ class Progress:
             tokens=self.tokens,
             failures=dict(self.failures),
             last_error=self.last_error,
+            **({"replicas": self.replicas()} if self.replicas is not None else {}),
             **fields,
         )
 

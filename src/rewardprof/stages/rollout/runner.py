@@ -29,10 +29,11 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK, FailureKind
+from rewardprof.engine.balancer import make_balancer
 from rewardprof.engine.client import ChatClient, ChatResult
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
-from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
+from rewardprof.environments import Environment, VerifyContext, make_environment
 from rewardprof.stages.rollout.adaptive_rounds import (
     first_round_only,
     generate_rounds,
@@ -55,6 +56,7 @@ from rewardprof.stages.rollout.shard_tasks import (
     read_text,
     request_units,
 )
+from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.store.record import journal_record
@@ -186,7 +188,7 @@ class ShardRun:
                 )
             else:
                 t0 = time.monotonic()
-                verdict = await _verify(env, row, choice.text, ctx)
+                verdict = await verify(env, row, choice.text, ctx)
                 rec.update(
                     status=verdict.status,
                     reward=verdict.reward,
@@ -241,16 +243,27 @@ class ShardRun:
         writer = JournalWriter(
             self.journal_dir, self.writer_id, r.segment_interval_s, r.segment_max_records
         )
-        pool = _make_pool(r.verify_workers)
+        pool = make_pool(r.verify_workers)
         self._warm_pool(pool, r.verify_workers)
         connector = aiohttp.TCPConnector(limit=r.concurrency, limit_per_host=r.concurrency)
         liveness = EndpointLiveness(r.endpoint_down_s)
+        balancer = make_balancer(self.cfg, self.endpoint)
+        if balancer is not None:
+            progress.replicas = balancer.snapshot
         ticking = asyncio.ensure_future(progress.ticking())
+        probing = None
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
                 client = ChatClient(
-                    session, self.endpoint.base_url, self.endpoint.api_key, r, liveness=liveness
+                    session,
+                    self.endpoint.base_url,
+                    self.endpoint.api_key,
+                    r,
+                    liveness=liveness,
+                    balancer=balancer,
                 )
+                if balancer is not None:
+                    probing = asyncio.ensure_future(balancer.watch(session))
                 ctx = VerifyContext(pool=pool, timeout_s=r.verify_timeout_s, http_session=None)
 
                 async def worker() -> None:
@@ -274,9 +287,11 @@ class ShardRun:
                         f"{self.shard_tag}: engine {self.endpoint.identity}",
                     )
                 finally:
-                    for w in workers:
-                        w.cancel()
-                    await asyncio.gather(*workers, return_exceptions=True)
+                    stopping = [*workers, *([probing] if probing is not None else [])]
+                    for task in stopping:
+                        task.cancel()
+                    # awaited before the session closes: a probe cut short is not a dead replica
+                    await asyncio.gather(*stopping, return_exceptions=True)
         finally:
             ticking.cancel()
             writer.close()  # whatever finished is kept, also on SIGTERM or an error
@@ -295,34 +310,7 @@ class ShardRun:
         }
         for name, options in sorted(kinds):
             for _ in range(workers):
-                pool.schedule(_warm_worker, args=(name, options))
-
-
-def _warm_worker(name: str, options_json: str) -> None:
-    # warming is an optimisation: verification itself reports any real problem
-    with contextlib.suppress(Exception):
-        make_environment(name, json.loads(options_json)).warm()
-
-
-def _make_pool(workers: int):
-    from pebble import ProcessPool  # lazy: only a shard with work starts the pool
-
-    return ProcessPool(max_workers=workers)
-
-
-async def _verify(env: Environment, row: dict, text: str, ctx: VerifyContext) -> Verdict:
-    try:
-        verdict = await env.verify(row, text, ctx)
-    except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
-        return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
-    if verdict.status == OK and (verdict.reward is None or verdict.reward != verdict.reward):
-        # "ok" without a reward would count as neither scored nor failed
-        return Verdict.failure(
-            FailureKind.VERIFIER_ERROR,
-            f"environment {env.name!r} returned status ok with reward {verdict.reward}",
-            **verdict.extras,
-        )
-    return verdict
+                pool.schedule(warm_worker, args=(name, options))
 
 
 def run_shard(

@@ -1,0 +1,82 @@
+"""The engine and fleet sections of the run manifest (core/config.py holds the whole model):
+how the policy is served, by one server per job, by replicas, or by a shared fleet
+(docs/engine.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from rewardprof.core.config_types import HttpUrl, StrictModel
+
+
+class Engine(StrictModel):
+    mode: Literal["serve", "endpoint"] = "serve"
+    """serve: start vLLM inside the rollout job; endpoint: use base_url."""
+    model: str = "builtin:smollm2-135m"
+    """builtin:<name>, or a model path/name for vLLM."""
+    base_url: HttpUrl | list[HttpUrl] | None = None
+    """Endpoint mode: e.g. http://127.0.0.1:8000/v1, or a list of URLs that all serve the same
+    model (replicas: balanced by requests in flight, docs/engine.md). `${NAME}` in it is replaced
+    by that environment variable, e.g. a password: https://user:${MY_PASSWORD}@host/v1 (never
+    written anywhere). A password written out is refused: Snakemake's report embeds the config
+    file."""
+    endpoints_file: str | None = None
+    """Endpoint mode, instead of base_url: a JSON file `{"endpoints": [URL, ...]}` of replicas
+    serving the same model, e.g. results/<run>/fleet/endpoints.json written by `rewardprof fleet`;
+    re-read while the job runs (when it changes). The job waits engine.startup_timeout_s for a
+    first endpoint."""
+    replica_capacity: PositiveInt | None = None
+    """Most sequences (a request for n samples counts n) in flight on one replica: the server's
+    max_num_seqs. null: the --max-num-seqs of serve_args, else 256 (vLLM's default)."""
+    health_interval_s: PositiveFloat = 2.0
+    """Several replicas: seconds between /health probes of each replica (a replica out is taken
+    back once it answers)."""
+    replica_failures_out: PositiveInt = 3
+    """Several replicas: consecutive failed attempts (5xx, timeouts) that take a replica out; a
+    connection refused or cut takes it out at once."""
+    served_model_name: str | None = None
+    """Model name sent in requests (default: derived from `model`)."""
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the API key."""
+    max_n: Annotated[int, Field(ge=1)] = 16
+    """Most samples asked for in one request (n); 1 sends one per rollout."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra fields merged into every request body."""
+    return_token_ids: bool | None = None
+    """Ask for each sample's token ids (`return_token_ids: true`, a vLLM extension) so
+    completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
+    endpoint mode (other providers may reject the field; set true for a vLLM endpoint). Without ids
+    a request's usage total is split by text length (completion_tokens_source 'apportioned')."""
+    serve_args: list[str] = Field(default_factory=list)
+    """Extra command-line arguments for the vLLM server."""
+    serve_env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the vLLM server."""
+    startup_timeout_s: PositiveFloat = 900
+    """How long serve mode waits for the server to become ready."""
+    python: str | None = None
+    """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
+    $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
+    host: str = "127.0.0.1"
+    """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
+    keeps it private to the node)."""
+    models_dir: str = "resources/models"
+    """Where builtin models are converted to (<dir>/<name>)."""
+    stop_grace_s: PositiveFloat = 20
+    """Serve mode: seconds between SIGTERM and SIGKILL when stopping the server."""
+
+
+class Fleet(StrictModel):
+    """A shared engine fleet for a sweep (`rewardprof fleet start|stop|status`, docs/engine.md):
+    replicas of `engine`'s serve-mode server, their endpoints published in
+    results/<run>/fleet/endpoints.json for rollout jobs in endpoint mode."""
+
+    replicas: PositiveInt = 2
+    """vLLM servers the fleet runs (each one `engine.serve_args` shape)."""
+    launcher: Literal["local", "slurm"] = "local"
+    """local: background processes on this machine; slurm: one long-lived sbatch job."""
+    sbatch_args: list[str] = Field(default_factory=list)
+    """launcher slurm: extra sbatch arguments (partition, --gres, --time, ...)."""
+    restarts: Annotated[int, Field(ge=0)] = 2
+    """Times a replica that died is started again before the fleet runs without it."""

@@ -1,0 +1,260 @@
+"""Client-side balancing over replicas of one model (engine.base_url as a list, or
+engine.endpoints_file).
+
+- Least loaded: each request goes to the replica with the fewest sequences in flight relative
+  to its capacity (a request for n samples counts n), and never past `capacity` (the server's
+  max_num_seqs: engine.replica_capacity): a request waits for a free slot instead (bounded
+  admission; rollout.concurrency stays the ceiling of the whole job).
+- Out: a connection refused or cut (a replica killed, its node lost) takes the replica out at
+  once; `fail_after` consecutive failed attempts (5xx, timeouts) take it out too. The client
+  (engine/client.py) re-sends a request whose connection died to another replica at once, with
+  the same body and seed, so its rollouts come out as they would have; the rollout is journaled
+  once, when the answer arrives.
+- Back: `watch()` probes every replica's /health each `interval_s`; a replica out that answers
+  200 is taken back; one in that refuses the connection is taken out, one whose /health fails
+  otherwise (slow under load) counts a failure toward `fail_after`. It also re-reads the endpoints
+  file, adding and dropping replicas as the fleet publishes them.
+- While no replica is in, requests still go to one that is out (round robin): their connection
+  errors are what the endpoint's liveness (engine/liveness.py) counts to stop the job on
+  rollout.endpoint_down_s, as with one endpoint.
+
+`snapshot()` is what the rollout job's heartbeat carries per replica for `rewardprof status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from rewardprof.core.config import Config
+from rewardprof.core.redaction import public_url, redact
+from rewardprof.engine.endpoints import EndpointsFile, health_url, replica_capacity
+
+if TYPE_CHECKING:
+    from rewardprof.engine.session import Endpoint
+
+log = logging.getLogger("rewardprof.engine")
+
+IN, OUT = "in", "out"
+CONNECT_FAILED = "connection refused"
+
+
+@dataclass
+class Replica:
+    url: str  # .../v1
+    capacity: int
+    in_flight: int = 0  # sequences
+    done: int = 0  # requests answered
+    errors: int = 0  # failed attempts
+    failures: int = 0  # consecutive failed attempts
+    state: str = IN
+    listed: bool = True  # still in the configured list / endpoints file
+    changed_at: float = 0.0
+    last_error: str | None = None
+
+    @property
+    def chat_url(self) -> str:
+        return self.url + "/chat/completions"
+
+    def load(self) -> float:
+        return self.in_flight / self.capacity
+
+
+class Balancer:
+    def __init__(
+        self,
+        urls: list[str],
+        capacity: int,
+        fail_after: int = 3,
+        interval_s: float = 2.0,
+        endpoints_file: EndpointsFile | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.capacity, self.fail_after, self.interval_s = capacity, fail_after, interval_s
+        self.endpoints_file, self.clock = endpoints_file, clock
+        self.replicas: dict[str, Replica] = {}
+        self._order = itertools.count()
+        self._rank: dict[str, int] = {}
+        self._cond: asyncio.Condition | None = None
+        self.set_urls(urls)
+
+    # ---- membership --------------------------------------------------------------------------
+    def set_urls(self, urls: list[str]) -> None:
+        """The replicas listed now: new ones come in, missing ones stop getting requests
+        (their requests in flight finish)."""
+        wanted = [u.rstrip("/") for u in urls]
+        for url in wanted:
+            r = self.replicas.get(url)
+            if r is None:
+                self.replicas[url] = Replica(url, self.capacity, changed_at=self.clock())
+                self._rank[url] = next(self._order)
+                log.info("replica %s: listed", public_url(url))
+            elif not r.listed:
+                r.listed = True
+        for url, r in self.replicas.items():
+            if r.listed and url not in wanted:
+                r.listed = False
+                log.info("replica %s: no longer listed", public_url(url))
+        self._notify()
+
+    def listed(self) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.listed]
+
+    def has_in(self, besides: Replica | None = None) -> bool:
+        return any(r.state == IN and r is not besides for r in self.listed())
+
+    # ---- choosing ----------------------------------------------------------------------------
+    def pick(self, weight: int) -> Replica | None:
+        """The replica for a request of `weight` sequences now, or None (wait for a slot)."""
+        live = [r for r in self.listed() if r.state == IN]
+        if live:
+            fits = [r for r in live if r.in_flight == 0 or r.in_flight + weight <= r.capacity]
+            if not fits:
+                return None
+            return min(fits, key=lambda r: (r.load(), self._rank[r.url]))
+        # none in (or nothing listed yet: wait for the endpoints file): the least recently
+        # failed, so attempts (and liveness) keep going round, within the cap still
+        out = [r for r in self.listed() if r.in_flight == 0 or r.in_flight + weight <= r.capacity]
+        if not out:
+            return None
+        return min(out, key=lambda r: (r.in_flight, r.changed_at))
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    def _notify(self) -> None:
+        cond = self._cond
+        if cond is None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+
+        async def wake() -> None:
+            async with cond:
+                cond.notify_all()
+
+        asyncio.ensure_future(wake())
+
+    async def acquire(self, weight: int = 1) -> Replica:
+        cond = self._condition()
+        async with cond:
+            while (r := self.pick(weight)) is None:
+                await cond.wait()
+            r.in_flight += weight
+            return r
+
+    def release(
+        self, r: Replica, weight: int, error: str | None = None, dead: bool = False
+    ) -> None:
+        """A request on `r` ended: answered (no error), failed (`error`), or its connection
+        could not be made or was cut (`dead`: out at once)."""
+        r.in_flight -= weight
+        if error is None:
+            r.done += 1
+            r.failures = 0
+        else:
+            r.errors += 1
+            r.failures += 1
+            r.last_error = redact(error)
+            if dead or r.failures >= self.fail_after:
+                self.take_out(r, error)
+        self._notify()
+
+    def cancelled(self, r: Replica, weight: int) -> None:
+        r.in_flight -= weight
+        self._notify()
+
+    def take_out(self, r: Replica, why: str) -> None:
+        if r.state == OUT:
+            return
+        r.state, r.changed_at = OUT, self.clock()
+        log.warning("replica %s: out (%s)", public_url(r.url), redact(why))
+
+    def take_back(self, r: Replica) -> None:
+        if r.state == IN:
+            return
+        r.state, r.changed_at, r.failures = IN, self.clock(), 0
+        log.info("replica %s: back in (answers /health)", public_url(r.url))
+        self._notify()
+
+    # ---- health ------------------------------------------------------------------------------
+    async def probe(self, session: aiohttp.ClientSession, r: Replica) -> str | None:
+        """GET /health: None on a 200 within max(interval, 5 s), else what went wrong."""
+        try:
+            async with session.get(
+                health_url(r.url), timeout=aiohttp.ClientTimeout(total=max(self.interval_s, 5.0))
+            ) as resp:
+                await resp.read()
+                return None if resp.status == 200 else f"/health answered HTTP {resp.status}"
+        except aiohttp.ClientConnectorError as exc:
+            return f"{CONNECT_FAILED}: {exc}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return f"/health: {type(exc).__name__}"
+
+    async def check_once(self, session: aiohttp.ClientSession) -> None:
+        if self.endpoints_file is not None:
+            urls = self.endpoints_file.poll()
+            if urls is not None:
+                self.set_urls(urls)
+        replicas = self.listed()
+        problems = await asyncio.gather(*(self.probe(session, r) for r in replicas))
+        for r, problem in zip(replicas, problems, strict=True):
+            if problem is None:
+                self.take_back(r)
+            elif problem.startswith(CONNECT_FAILED):
+                self.take_out(r, problem)  # nobody listens there: gone
+            elif r.state == IN:
+                # slow or erring /health (a loaded server, or a loaded client): a failure
+                # like a 5xx, out after fail_after in a row; an answered request resets it
+                r.failures += 1
+                r.last_error = problem
+                if r.failures >= self.fail_after:
+                    self.take_out(r, problem)
+
+    async def watch(self, session: aiohttp.ClientSession) -> None:
+        """Probe every interval until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.check_once(session)
+
+    def snapshot(self) -> list[dict]:
+        """Per replica: url (password masked), state, in flight, done, errors, last error."""
+        return [
+            {
+                "url": public_url(r.url),
+                "state": r.state if r.listed else "unlisted",
+                "in_flight": r.in_flight,
+                "done": r.done,
+                "errors": r.errors,
+                "last_error": r.last_error,
+            }
+            for r in self.replicas.values()
+        ]
+
+
+def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
+    """The balancer over the endpoint's replicas (None: one URL, sent to directly)."""
+    if not endpoint.balanced:
+        return None
+    urls = list(endpoint.urls)
+    file = EndpointsFile(endpoint.endpoints_file) if endpoint.endpoints_file else None
+    if file is not None:
+        urls = file.poll() or urls  # the newest list; changes from here on come by watch()
+    return Balancer(
+        urls,
+        replica_capacity(cfg),
+        fail_after=cfg.engine.replica_failures_out,
+        interval_s=cfg.engine.health_interval_s,
+        endpoints_file=file,
+    )

@@ -1,0 +1,94 @@
+"""The wire between a program and its grader (in process): values arrive as plain data, a
+message above the cap is refused while it is read, program text is made storable, and without
+a cgroup v1 memory controller the sandbox says its memory limit is per process."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+
+import pytest
+
+from rewardprof.environments._code_wire import (
+    Channel,
+    WireViolation,
+    decode,
+    encode,
+    free_names,
+)
+from rewardprof.environments.code_asserts import value_plan
+from rewardprof.environments.code_harness import clean_text
+from rewardprof.environments.sandbox_memory import MemoryCgroup
+
+
+class Flip(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def roundtrip(value):
+    refs = []
+    wire = json.loads(json.dumps(encode(value, lambda v: refs.append(v) or len(refs) - 1)))
+    return decode(wire, lambda n: ("ref", n)), refs
+
+
+def test_subclasses_arrive_as_their_base_type():
+    value, _ = roundtrip([Flip(5), collections.Counter("abb"), (1, {2}), b"x", 1 + 2j])
+    assert value == [5, {"a": 1, "b": 2}, (1, {2}), b"x", 1 + 2j]
+    assert type(value[0]) is int and type(value[1]) is dict and value[0] != 6
+
+
+def test_objects_stay_behind_as_handles():
+    value, refs = roundtrip({"k": object()})
+    assert value == {"k": ("ref", 0)} and len(refs) == 1
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [{"tuple": [1], "x": 1}, {"eval": "1"}, {"set": [[1]]}, {"dict": [[1]]}, {"bytes": "zz"}],
+)
+def test_decoding_is_strict(wire):
+    with pytest.raises(WireViolation):
+        decode(wire, lambda n: n)
+
+
+def test_an_oversized_message_is_refused_while_reading():
+    r, w = os.pipe()
+    try:
+        os.write(w, b'{"value": "' + b"x" * 5000)  # no end of line yet
+        with pytest.raises(WireViolation) as err:
+            Channel(r, -1, 1000).receive(time.monotonic() + 5)
+        assert err.value.what == "oversized"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_program_text_is_made_storable():
+    text = clean_text("boom \ud800" + "\0" * 3 + "x" * 10_000, 300)
+    assert len(text) <= 300 and "\0" not in text
+    text.encode("utf-8")  # no lone surrogate left
+
+
+def test_which_tests_are_judged_on_values():
+    assert value_plan("assert add(1, 2) == 3") is not None
+    assert value_plan("import math\nassert math.isclose(f(0.1), 0.3)") is not None
+    assert value_plan("x = f([1, 2])\nassert sorted(x) == [1, 2] and len(x) == 2") is not None
+    assert value_plan("assert abs(add(1, 2)) == 3") is not None  # abs: the builtin
+    assert value_plan("assert 1 == 1") is None  # no call of the program: nothing to judge
+    assert value_plan("s = Solution()\nassert s.add(1, 2) == 3") is None  # an object: judge
+    assert value_plan("import unittest\nclass T(unittest.TestCase): pass") is None
+    assert free_names(
+        __import__("ast").parse("def t(self):\n    assert add(x) == len(y)\ny = 1")
+    ) == [
+        "add",
+        "x",
+    ]
+
+
+def test_no_memory_cgroup_means_none(tmp_path):
+    assert MemoryCgroup.create(512, root=tmp_path) is None

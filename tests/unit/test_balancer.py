@@ -1,0 +1,229 @@
+"""L0: the client-side balancer over engine replicas, the endpoints file, and the config keys
+that shape them (engine/balancer.py, engine/endpoints.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from rewardprof.core.errors import ConfigError
+from rewardprof.core.redaction import config_secrets, masked_urls, unmask_urls
+from rewardprof.engine.balancer import IN, OUT, Balancer
+from rewardprof.engine.endpoints import (
+    EndpointsFile,
+    EndpointsFileError,
+    health_url,
+    read_endpoints,
+    replica_capacity,
+    write_endpoints,
+)
+from rewardprof.manifest.load import validate_config
+from rewardprof.tools.status import format_status, replicas_of
+
+A, B, C = (f"http://10.0.0.{i}:8000/v1" for i in (1, 2, 3))
+
+
+def _cfg(**engine):
+    return validate_config(
+        {
+            "entries": [{"label": "m", "environment": "math", "source": "m.jsonl"}],
+            "engine": {"mode": "endpoint", **engine},
+        }
+    )
+
+
+def test_least_loaded_replica_gets_the_request():
+    b = Balancer([A, B, C], capacity=4)
+    b.replicas[A].in_flight, b.replicas[B].in_flight, b.replicas[C].in_flight = 2, 1, 3
+    assert b.pick(1).url == B
+    b.replicas[B].in_flight = 2
+    assert b.pick(1).url == A  # a tie goes to the first listed
+
+
+def test_the_cap_holds_a_request_back_until_a_slot_frees():
+    async def scenario() -> list[str]:
+        b = Balancer([A, B], capacity=2)
+        got = [await b.acquire(1) for _ in range(4)]  # 2 + 2: both full
+        assert sorted(r.url for r in got) == [A, A, B, B]
+        assert b.pick(1) is None
+        waiter = asyncio.ensure_future(b.acquire(1))
+        await asyncio.sleep(0)
+        assert not waiter.done()  # no slot: it waits
+        b.release(got[1], 1)
+        r = await asyncio.wait_for(waiter, 5)
+        return [r.url, got[1].url]
+
+    url, freed = asyncio.run(scenario())
+    assert url == freed
+
+
+def test_a_request_for_n_samples_counts_n_sequences():
+    b = Balancer([A, B], capacity=8)
+    b.replicas[A].in_flight = 4
+    assert b.pick(5).url == B
+    b.replicas[B].in_flight = 4
+    assert b.pick(5) is None  # 4 + 5 > 8 on both
+    b.replicas[B].in_flight = 0
+    assert b.pick(9).url == B  # an idle replica takes even a request larger than its cap
+
+
+def test_a_dead_replica_is_out_at_once_and_back_after_a_good_probe():
+    b = Balancer([A, B], capacity=4, fail_after=3)
+    r = b.replicas[A]
+    r.in_flight = 1
+    b.release(r, 1, "ServerDisconnectedError: Server disconnected", dead=True)
+    assert r.state == OUT and r.in_flight == 0 and r.errors == 1
+    assert [b.pick(1).url for _ in range(3)] == [B, B, B]
+    b.take_back(r)
+    assert r.state == IN and r.failures == 0
+
+
+def test_a_failing_replica_is_out_after_fail_after_errors_in_a_row():
+    b = Balancer([A, B], capacity=4, fail_after=3)
+    r = b.replicas[A]
+    for _ in range(2):
+        r.in_flight += 1
+        b.release(r, 1, "HTTP 500: boom")
+    r.in_flight += 1
+    b.release(r, 1)  # an answer resets the run of failures
+    for _ in range(2):
+        r.in_flight += 1
+        b.release(r, 1, "HTTP 500: boom")
+    assert r.state == IN
+    r.in_flight += 1
+    b.release(r, 1, "HTTP 500: boom")
+    assert r.state == OUT and r.errors == 5 and r.done == 1
+
+
+def test_with_every_replica_out_requests_still_go_somewhere():
+    # their connection errors are what stops the job on rollout.endpoint_down_s
+    b = Balancer([A, B], capacity=4)
+    b.take_out(b.replicas[A], "refused")
+    b.take_out(b.replicas[B], "refused")
+    assert b.pick(1) is not None and not b.has_in()
+
+
+def test_unlisted_replicas_get_no_new_requests():
+    b = Balancer([A, B], capacity=4)
+    b.set_urls([B, C])
+    assert {r.url for r in b.listed()} == {B, C}
+    b.replicas[B].in_flight = 3
+    assert b.pick(1).url == C
+    assert [s["state"] for s in b.snapshot()] == ["unlisted", IN, IN]
+
+
+def test_snapshot_masks_a_url_password():
+    b = Balancer(["http://u:hunter2secret@h:1/v1"], capacity=1)
+    b.release(b.replicas["http://u:hunter2secret@h:1/v1"], 0, "boom", dead=True)
+    assert "hunter2secret" not in json.dumps(b.snapshot())
+
+
+def test_endpoints_file_round_trip_and_change_detection(tmp_path):
+    path = tmp_path / "fleet" / "endpoints.json"
+    follow = EndpointsFile(path)
+    assert follow.poll() is None  # not written yet
+    write_endpoints(path, [A, B + "/"])
+    assert read_endpoints(path) == [A, B]
+    assert follow.poll() == [A, B]
+    assert follow.poll() is None  # unchanged
+    write_endpoints(path, [A, B, C])
+    assert follow.poll() == [A, B, C]
+    path.write_text('{"endpoints": [')  # a foreign, non-atomic writer mid-write
+    assert follow.poll() is None  # the last good list stays
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[]", "expected"),
+        ('{"endpoints": "http://a/v1"}', "expected"),
+        ('{"endpoints": ["ftp://a"]}', "endpoints[0]"),
+        ("{", "not JSON"),
+    ],
+)
+def test_bad_endpoints_file_is_one_line_naming_it(tmp_path, text, says):
+    path = tmp_path / "endpoints.json"
+    path.write_text(text)
+    with pytest.raises(EndpointsFileError) as err:
+        read_endpoints(path)
+    assert str(path) in str(err.value) and says in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_health_url_and_capacity():
+    assert health_url("http://h:1/v1") == "http://h:1/health"
+    assert health_url("http://h:1") == "http://h:1/health"
+    assert replica_capacity(_cfg(base_url=A)) == 256
+    assert replica_capacity(_cfg(base_url=A, serve_args=["--max-num-seqs", "32"])) == 32
+    assert replica_capacity(_cfg(base_url=A, serve_args=["--max-num-seqs=16"])) == 16
+    assert replica_capacity(_cfg(base_url=A, replica_capacity=8)) == 8
+
+
+def test_config_takes_a_list_or_a_file_not_both():
+    assert _cfg(base_url=[A, B + "/"]).engine.base_url == [A, B]
+    assert _cfg(endpoints_file="results/x/fleet/endpoints.json").engine.base_url is None
+    with pytest.raises(ConfigError, match="not both"):
+        _cfg(base_url=A, endpoints_file="e.json")
+    with pytest.raises(ConfigError, match="engine.base_url"):
+        _cfg()
+    with pytest.raises(ConfigError, match=r"engine\.base_url"):
+        _cfg(base_url=[A, "ftp://x"])
+
+
+def test_passwords_in_a_url_list_are_secrets_and_masked(monkeypatch):
+    data = {"engine": {"base_url": [A, "https://u:s3cretpw@h/v1"]}}
+    assert "s3cretpw" in config_secrets(data)
+    masked, real = masked_urls(data)
+    assert masked["engine"]["base_url"] == [A, "https://***@h/v1"]
+    monkeypatch.setenv("REWARDPROF_URL_CREDENTIALS", json.dumps(real))
+    assert unmask_urls(masked)["engine"]["base_url"] == data["engine"]["base_url"]
+
+
+def test_status_sums_replicas_over_jobs():
+    now = 1000.0
+    live = {"state": "running", "updated_at": now, "interval_s": 30}
+    gone = {"state": "done", "updated_at": now - 5000, "interval_s": 30}
+    beats = [
+        dict(live, replicas=[{"url": A, "state": IN, "in_flight": 3, "done": 10, "errors": 0}]),
+        dict(live, replicas=[{"url": A, "state": OUT, "in_flight": 1, "done": 5, "errors": 2}]),
+        dict(gone, replicas=[{"url": B, "state": OUT, "in_flight": 7, "done": 1, "errors": 9}]),
+    ]
+    rows = {r["url"]: r for r in replicas_of(beats, now)}
+    assert rows[A] == {"url": A, "state": IN, "in_flight": 4, "done": 15, "errors": 2}
+    assert rows[B]["in_flight"] == 0 and rows[B]["state"] == OUT  # a finished job has none
+    st = {
+        "run_dir": "r",
+        "taken_at": now,
+        "done": 0,
+        "expected": 0,
+        "ok": 0,
+        "failures": {},
+        "finished": 0,
+        "num_shards": 0,
+        "running": 0,
+        "stopped": [],
+        "rollouts_per_s": 0.0,
+        "tokens_per_s": 0.0,
+        "eta": None,
+        "shards": [],
+        "replicas": list(rows.values()),
+    }
+    text = format_status(st)
+    assert A in text and "in flight" in text
+
+
+def test_probes_refused_out_slow_counted_ok_back(monkeypatch):
+    b = Balancer([A, B, C], capacity=4, fail_after=2)
+    b.take_out(b.replicas[C], "earlier")
+    answers = {A: "connection refused: no", B: "/health: TimeoutError", C: None}
+
+    async def probe(session, r):
+        return answers[r.url]
+
+    monkeypatch.setattr(b, "probe", probe)
+    asyncio.run(b.check_once(session=None))
+    assert [b.replicas[u].state for u in (A, B, C)] == [OUT, IN, IN]  # a slow probe: not yet
+    asyncio.run(b.check_once(session=None))
+    assert b.replicas[B].state == OUT  # fail_after slow probes in a row
