@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 from harness.env_helpers import run
+from helpers import require_piece
 
 from rewardprof import cli
 from rewardprof.environments import RowError, instruction_checks, make_environment
@@ -54,6 +55,10 @@ def _if_row(ids, kwargs, prompt="Write something."):
     ],
 )
 def test_verifiable_instructions_checks(iid, kwargs, text, followed, ctx):
+    if iid == "count:counting_composition":  # counts sentences: NLTK's punkt_tab
+        need = instruction_checks.PUNKT
+        how = "run `rewardprof install-nltk-data`"
+        require_piece("NLTK's punkt_tab", instruction_checks.nltk_installed(need), how)
     env = make_environment("instruction_following")
     row = _if_row([iid], [kwargs])
     env.check_row(row)
