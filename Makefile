@@ -1,6 +1,7 @@
 # The two commands of the README. Each does its own set-up on a fresh machine:
 #   make run    install (core + embedded CPU engine) and run the default workflow
 #   make test   install (core + extras + engine) and run the whole test suite
+# (make test-fast runs the pure in-process tier alone, in about a minute; see docs/architecture.md)
 # A stamp file per install step makes a second call skip what is already installed.
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-engine nltk-data lint clean-venv
+.PHONY: run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
 
 $(VENV)/.core-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,19 @@ run: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine
 
 test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The tiers one at a time (docs/architecture.md, Test tiers): L0 needs the core install only
+# (no engine, no Slurm, no NLTK data: the tests that read it skip); L1 adds the NLTK data and
+# bubblewrap; L3 local runs the Snakefile. `make test` runs every tier.
+test-fast: $(VENV)/.core-installed
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-functional: $(VENV)/.core-installed $(VENV)/.nltk-data-installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/functional tests/faults \
+		tests/benchmarks $(PYTEST_ARGS)
+
+test-workflow: $(VENV)/.core-installed $(VENV)/.nltk-data-installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/workflow $(PYTEST_ARGS)
 
 # the whole tree, as CI runs it (.ci/run): formatting, lint rules, and the workflow's own lint
 lint: $(VENV)/.core-installed

@@ -1,10 +1,22 @@
-"""Shared fixtures; the helper functions live in tests/helpers.py."""
+"""Shared fixtures and the tiers; the helper functions live in tests/helpers.py.
+
+Every test gets its tier's marker from its folder (tests/harness/tiers.py), and the L0 tests
+(tests/unit) run under a guard that fails a test that starts a process."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from harness.tiers import TierPlugin
 
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
+
+pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TierPlugin(Path(__file__).parent), "rewardprof-tiers")
 
 
 @pytest.fixture

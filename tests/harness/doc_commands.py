@@ -31,6 +31,7 @@ REASONS = {
     "gpu": "needs a GPU machine",
     "install": "installs packages (network, minutes)",
     "engine": "needs the real vLLM engine (.venv-engine) and minutes of CPU",
+    "tests": "runs a tier of the test suite (the suite cannot run itself)",
 }
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```|~~~)(?P<info>[^`]*)$")
 _MARK = re.compile(r"^\s*<!--\s*not run in tests:\s*(?P<reason>[\w-]+)\s*-->\s*$")

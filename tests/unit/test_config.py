@@ -169,26 +169,3 @@ def test_strict_types_still_take_what_yaml_gives(tmp_path):
     p.write_text('entries: [{label: m, environment: math, source: x.jsonl, num_repeats: "4"}]\n')
     with pytest.raises(ConfigError, match=r"c\.yaml: entries\[0\]\.num_repeats: .*valid integer"):
         load_config(p)
-
-
-def test_command_line_sections_are_read_as_yaml():
-    """`snakemake --config 'sampling={max_tokens: 512}'`: Snakemake leaves every value inside
-    the section a string; they are typed as in a config file, and the strict config takes them."""
-    from snakemake.cli import parse_config  # lazy: only this test needs Snakemake's parser
-
-    from rewardprof.core.overrides import typed_overrides
-
-    overrides = parse_config(
-        ["sampling={max_tokens: 512, temperature: 0.5}", "num_shards=3", "run=other"]
-    )
-    assert overrides["sampling"] == {"max_tokens": "512", "temperature": "0.5"}  # the premise
-    base = {"entries": [dict(ENTRY, num_repeats="4")], "sampling": {"seed": 7}}
-    merged = {**base, **overrides, "sampling": {"seed": 7, **overrides["sampling"]}}
-    typed = typed_overrides(merged, overrides)
-    assert typed["sampling"] == {"seed": 7, "max_tokens": 512, "temperature": 0.5}
-    assert (typed["num_shards"], typed["run"]) == (3, "other")
-    # a value from the config file is never converted: "4" stays an error
-    assert typed["entries"] == base["entries"]
-    assert "entries[0].num_repeats: Input should be a valid integer" in _err(typed)
-    cfg = validate_config(dict(typed, entries=[ENTRY]))
-    assert (cfg.sampling.max_tokens, cfg.sampling.temperature, cfg.num_shards) == (512, 0.5, 3)

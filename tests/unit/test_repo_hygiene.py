@@ -1,14 +1,14 @@
-"""What the repository says about itself holds: every CLI argument has help text; no file names
-a file outside the repository or an issue of a tracker; every fenced block of README and docs/
-names its language, and a command block is either run by tests/workflow/test_doc_commands.py
-or marked with why it cannot run here; a documented `--configfile` is never followed by a
-target (Snakemake would read the target as one more config file)."""
+"""What the repository says about itself holds: every CLI argument has help text; every fenced
+block of README and docs/ names its language, and a command block is either run by
+tests/workflow/test_doc_commands.py or marked with why it cannot run here; a documented
+`--configfile` is never followed by a target (Snakemake would read the target as one more config
+file). That no file names a file outside the repository is checked in
+tests/functional/test_repo_files.py (it lists the files with git)."""
 
 from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 
 import pytest
 from harness.doc_commands import (
@@ -36,48 +36,6 @@ def _arguments_without_help(parser: argparse.ArgumentParser, prefix: str) -> lis
 
 def test_every_cli_argument_has_help_text():
     assert _arguments_without_help(build_parser(), "rewardprof") == []
-
-
-def _repo_text_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
-    return [name for name in listed if name and (REPO / name).is_file()]
-
-
-# spelled in pieces so that this file does not match itself
-_OUTSIDE = re.compile(
-    "|".join(
-        [
-            r"\b" + "FACTS" + r"\.md\b",
-            r"\b" + "DESIGN" + r"\.md\b",
-            r"\.\./" + "shared/",
-            "/" + "work/",
-        ]
-    )
-)
-_ISSUE = re.compile(r"\b" + "issues?" + r"\s*#?\s*\d+\b|\bPR\s*#\d+", re.I)
-
-
-def test_no_file_names_a_file_outside_the_repository_or_an_issue_number():
-    problems: list[str] = []
-    files = _repo_text_files()
-    for name in files:
-        try:
-            text = (REPO / name).read_text()
-        except UnicodeDecodeError:
-            continue  # images, Parquet fixtures
-        for lineno, line in enumerate(text.splitlines(), 1):
-            for pattern in (_OUTSIDE, _ISSUE):
-                m = pattern.search(line)
-                if m:
-                    problems.append(f"{name}:{lineno}: {m.group(0)!r}")
-    assert len(files) > 100  # the listing saw the repository
-    assert problems == []
 
 
 _ALL_BLOCKS = [b for path in doc_files() for b in blocks(path)]

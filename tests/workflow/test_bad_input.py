@@ -1,235 +1,31 @@
-"""The bad-input catalogue: every way a user's manifest or data can be wrong, through the real
-Snakefile. Each case must fail with one line naming the key or file:line (no traceback) and
+"""The bad-input catalogue (tests/harness/bad_input.py) through the real Snakefile, one case per
+kind of check. Each case must fail with one line naming the key or file:line (no traceback) and
 leave no output behind (logs are allowed: they hold that line; so are the config files of
 results/<run>/config/, what the run was given)."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 from pathlib import Path
 
 import pytest
-from helpers import endpoint_config, require_piece, snakemake, write_config
+from harness.bad_input import CASES, GOOD, line
+from harness.bad_input import entries as default_entries
+from helpers import endpoint_config, snakemake, write_config
 
-from rewardprof.environments.instruction_checks import PUNKT, nltk_installed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
 
-GOOD = {"question": "What is 1 + 3?", "expected_answer": "4"}
-# IFBench's words:start_verb needs NLTK's POS tagger: on a machine without it (made so below)
-# the row fails at materialize, before any rollout.
-NEEDS_TAGGER = {
-    "prompt": "Start with a verb.",
-    "instruction_id_list": ["words:start_verb"],
-    "kwargs": [{"N": None}],
-}
-
-
-def _line(row) -> bytes:
-    return (json.dumps(row) + "\n").encode()
-
-
-def _entries(**over) -> list[dict]:
-    return [
-        {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2, **over}
-    ]
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _bomb(levels: int) -> list:
-    """Lists sharing each level: YAML writes them as anchors and aliases (a file of a few
-    hundred bytes), and they expand to 10^(levels+1) values."""
-    node: list = [1] * 10
-    for _ in range(levels):
-        node = [node] * 10
-    return node
-
-
-# id: (config changes, data file bytes or None, the line expected in the output)
-# Config changes: a dict merged into endpoint_config's kwargs; "entries" replaces the entries.
-CASES = {
-    "misspelled_entry_key": (
-        {
-            "entries": [
-                {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeat": 2}
-            ]
-        },
-        None,
-        "entries[0].num_repeat: unknown key; did you mean num_repeats?",
-    ),
-    "misspelled_nested_key": (
-        {"rollout": {"concurency": 2}},
-        None,
-        "rollout.concurency: unknown key; did you mean concurrency?",
-    ),
-    "unknown_top_level_key": (
-        {"colour": "red"},
-        None,
-        "colour: unknown key; valid keys: run, num_shards, entries, sampling, engine, rollout, "
-        "profile",
-    ),
-    "wrong_type_int": (
-        {"num_shards": "two"},
-        None,
-        "num_shards: Input should be a valid integer (got 'two')",
-    ),
-    "wrong_type_float": (
-        {"sampling": {"temperature": "hot"}},
-        None,
-        "sampling.temperature: Input should be a valid number (got 'hot')",
-    ),
-    "missing_source": (
-        {"entries": _entries(source="data/nope.jsonl")},
-        None,
-        "entries[0].source: data/nope.jsonl: file not found",
-    ),
-    "empty_source": (
-        {},
-        b"",
-        "entries[0].source: data/m.jsonl: file is empty; entry 'm' would have no tasks",
-    ),
-    "blank_lines_source": (
-        {},
-        b"\n\n",
-        "data/m.jsonl: entry 'm' has no rows (empty source); remove the entry or fix the source",
-    ),
-    "truncated_json_line": (
-        {},
-        _line(GOOD) + b'{"question": "What is 2',
-        "data/m.jsonl:2: malformed JSON (",
-    ),
-    "non_utf8_line": (
-        {},
-        _line(GOOD) + b'{"question": "caf\xe9", "expected_answer": "1"}\n',
-        "data/m.jsonl:2: not valid UTF-8 (invalid continuation byte)",
-    ),
-    "line_not_an_object": (
-        {},
-        b'["What is 1 + 3?", "4"]\n',
-        "data/m.jsonl:1: expected a JSON object, got list",
-    ),
-    "row_missing_answer": (
-        {},
-        _line(GOOD) + _line({"question": "What is 2 + 2?"}),
-        "data/m.jsonl:2: missing field(s) needed by environment 'math': ['expected_answer']",
-    ),
-    "row_missing_prompt": (
-        {},
-        _line({"expected_answer": "4"}),
-        "data/m.jsonl:1: no prompt: expected ",
-    ),
-    "row_nested_200000_deep": (
-        {},
-        b'{"question": "q", "expected_answer": "1", "x": '
-        + b"[" * 200_000
-        + b"]" * 200_000
-        + b"}\n",
-        "data/m.jsonl:1: row nested deeper than 64 levels",
-    ),
-    "empty_question": (
-        {},
-        _line(GOOD) + _line({"question": "", "expected_answer": "4"}),
-        "data/m.jsonl:2: question: empty; the task would have no prompt",
-    ),
-    "nan_expected_answer": (
-        {},
-        _line(GOOD) + b'{"question": "What is 2 + 2?", "expected_answer": NaN}\n',
-        "data/m.jsonl:2: malformed JSON (NaN is not a JSON number)",
-    ),
-    "many_bad_rows_collected": (
-        {},
-        _line(GOOD) + _line({"question": "What is 2 + 2?"}) * 12,
-        "data/m.jsonl: ... and 2 more bad rows",
-    ),
-    "source_is_a_directory": (
-        {"entries": _entries(source="data/dir.jsonl")},
-        None,
-        "entries[0].source: data/dir.jsonl: is a directory, not a JSONL or Parquet file",
-    ),
-    "misspelled_generator_task": (
-        {
-            "entries": [
-                {
-                    "label": "rg",
-                    "environment": "reasoning_gym",
-                    "source": {"generator": "reasoning_gym", "task": "basic_arithmetc", "size": 2},
-                }
-            ]
-        },
-        None,
-        "entries[0].source.task: unknown reasoning_gym task 'basic_arithmetc'; did you mean "
-        "basic_arithmetic?",
-    ),
-    "options_anchor_bomb": (
-        {"entries": _entries(options={"pad": _bomb(9)})},
-        None,
-        "entries[0].options: more than 100000 values (YAML anchors and aliases count every time "
-        "they repeat)",
-    ),
-    "unknown_environment": (
-        {"entries": _entries(environment="maths")},
-        None,
-        "entries[0].environment: unknown environment 'maths'; did you mean math?",
-    ),
-    "duplicate_labels": (
-        {"entries": _entries() + _entries()},
-        None,
-        "entries[1].label: duplicate label 'm'",
-    ),
-    "num_repeats_zero": (
-        {"entries": _entries(num_repeats=0)},
-        None,
-        "entries[0].num_repeats: Input should be greater than 0 (got 0)",
-    ),
-    # never converted: "4" is not 4, and true is not K=1
-    "num_repeats_string": (
-        {"entries": _entries(num_repeats="4")},
-        None,
-        "entries[0].num_repeats: Input should be a valid integer (got '4')",
-    ),
-    "num_repeats_bool": (
-        {"entries": _entries(num_repeats=True)},
-        None,
-        "entries[0].num_repeats: Input should be a valid integer (got True)",
-    ),
-    "num_repeats_negative": (
-        {"entries": _entries(num_repeats=-3)},
-        None,
-        "entries[0].num_repeats: Input should be greater than 0 (got -3)",
-    ),
-    "endpoint_down": (
-        {"engine": {"base_url": "http://127.0.0.1:{port}/v1"}},
-        None,
-        "rewardprof: engine.base_url: http://127.0.0.1:{port}/v1/models is not reachable "
-        "([Errno 111] Connection refused); start the server or fix engine.base_url",
-    ),
-    "api_key_variable_unset": (
-        {"engine": {"api_key_env": "REWARDPROF_TEST_UNSET_KEY"}},
-        None,
-        "rewardprof: engine.api_key_env: environment variable REWARDPROF_TEST_UNSET_KEY is not set",
-    ),
-    "endpoint_serves_another_model": (
-        {"engine": {"model": "other-model"}},
-        None,
-        "rewardprof: engine.base_url: {url}/models does not serve model 'other-model' (it "
-        "serves: fake-model); set engine.served_model_name or engine.model",
-    ),
-    "nltk_data_missing": (
-        {"entries": _entries(environment="ifbench")},
-        _line(NEEDS_TAGGER),
-        "data/m.jsonl:1: instruction words:start_verb needs NLTK data "
-        "'averaged_perceptron_tagger_eng', which is not installed: install it with "
-        "`rewardprof install-nltk-data`",
-    ),
-}
+# The Snakefile's wiring of each kind of check, one case each: the sources before the DAG, a
+# bad row through the materialize job, the endpoint preflight at onstart (a server answering
+# another model); its own validation (a misspelled key) is test_workflow.py's
+# test_misspelled_key_fails_before_any_job. Every case of the catalogue is checked in process:
+# tests/unit/test_bad_input_in_process.py.
+WIRING = [
+    "missing_source",
+    "truncated_json_line",
+    "endpoint_serves_another_model",
+]
 
 
 def _outputs_left(workdir: Path) -> list[str]:
@@ -245,63 +41,23 @@ def _outputs_left(workdir: Path) -> list[str]:
     )
 
 
-# Fault injection, as a fake server is one: every Python process of the run (Snakemake and its
-# jobs) imports this first and searches only the NLTK data directory the test gives it.
-_SITECUSTOMIZE = """import os
-if os.environ.get("RP_TEST_NLTK_DATA_ONLY"):
-    import nltk.data
-    nltk.data.path[:] = [os.environ["RP_TEST_NLTK_DATA_ONLY"]]
-"""
-
-
-def _nltk_data_without_the_tagger(tmp_path: Path) -> dict[str, str]:
-    """The environment of a run on a machine whose NLTK data has punkt_tab and stopwords (the
-    ones installed here) and no POS tagger."""
-    # the row's other resource: it must not be the one missing
-    require_piece("NLTK's punkt_tab", nltk_installed(PUNKT), "run `rewardprof install-nltk-data`")
-    import nltk
-
-    data = tmp_path / "nltk_data_without_tagger"
-    for resource in ("tokenizers/punkt_tab", "corpora/stopwords"):
-        (data / resource).parent.mkdir(parents=True, exist_ok=True)
-        (data / resource).symlink_to(nltk.data.find(resource).path)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    return {"PYTHONPATH": path, "RP_TEST_NLTK_DATA_ONLY": str(data)}
-
-
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", WIRING)
 def test_bad_input_fails_with_one_clear_line(tmp_path, case):
     changes, data, expected = CASES[case]
-    env = {"REWARDPROF_TEST_UNSET_KEY": ""}
-    if case == "nltk_data_missing":
-        env |= _nltk_data_without_the_tagger(tmp_path)
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "m.jsonl").write_bytes(_line(GOOD) if data is None else data)
-    (tmp_path / "data" / "dir.jsonl").mkdir()  # a directory named like a source
+    (tmp_path / "data" / "m.jsonl").write_bytes(line(GOOD) if data is None else data)
     with FakeOpenAI() as server:
-        if case == "endpoint_down":
-            changes = json.loads(json.dumps(changes).replace("{port}", str(_closed_port())))
-        changes = dict(changes)  # a copy, never a JSON round trip: the bomb would expand
-        entries = changes.pop("entries", _entries())
+        changes = dict(changes)
+        entries = changes.pop("entries", default_entries())
         cfg = endpoint_config(server.base_url, entries, **{"num_shards": 1, **changes})
-        expected = expected.replace(
-            "{port}", cfg["engine"]["base_url"].split(":")[-1].split("/")[0]
-        ).replace("{url}", server.base_url)
-        r = snakemake(
-            tmp_path,
-            "--configfile",
-            str(write_config(tmp_path, cfg)),
-            env=env,
-        )
+        expected = expected.replace("{url}", server.base_url)
+        r = snakemake(tmp_path, "--configfile", str(write_config(tmp_path, cfg)))
         assert server.stats["requests"] == 0  # failed before any rollout was asked for
     output = r.stdout + r.stderr
     assert r.returncode != 0
     assert expected in output, output[-3000:]
     # one clear line: the message is on one line and no traceback reaches the user
-    assert any(expected in line for line in output.splitlines())
+    assert any(expected in text for text in output.splitlines())
     assert "Traceback" not in output, output[-3000:]
     assert _outputs_left(tmp_path) == []
     assert not list(tmp_path.rglob(".*.tmp*"))

@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.env_helpers import run
 
 from rewardprof import environments
 from rewardprof.core.config import ConfigError
 from rewardprof.manifest.load import validate_config
-
-from .env_helpers import run
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "docs" / "examples"

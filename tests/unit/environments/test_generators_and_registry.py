@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from harness.env_helpers import DATA, run
 
 from rewardprof.core.config import GeneratorSource
 from rewardprof.environments import RowError, get_environment_class, make_environment
 from rewardprof.sources.generators import GeneratorError, generate_rows
-
-from .env_helpers import DATA, run
 
 
 def spec(**kw) -> GeneratorSource:

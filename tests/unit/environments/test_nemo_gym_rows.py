@@ -8,14 +8,14 @@ import json
 
 import pandas as pd
 import pytest
+from harness.env_helpers import run
+from helpers import require_piece
 
 from rewardprof import cli
 from rewardprof.environments import RowError, instruction_checks, make_environment
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError, iter_rows
 from rewardprof.stages import StagePaths, materialize
-
-from .env_helpers import run
 
 
 def _if_row(ids, kwargs, prompt="Write something."):
@@ -55,6 +55,10 @@ def _if_row(ids, kwargs, prompt="Write something."):
     ],
 )
 def test_verifiable_instructions_checks(iid, kwargs, text, followed, ctx):
+    if iid == "count:counting_composition":  # counts sentences: NLTK's punkt_tab
+        need = instruction_checks.PUNKT
+        how = "run `rewardprof install-nltk-data`"
+        require_piece("NLTK's punkt_tab", instruction_checks.nltk_installed(need), how)
     env = make_environment("instruction_following")
     row = _if_row([iid], [kwargs])
     env.check_row(row)

@@ -4,11 +4,10 @@ why; asking for bubblewrap where it cannot run is a verifier_error, never a sile
 from __future__ import annotations
 
 import pytest
+from harness.env_helpers import run
 
 from rewardprof.environments import VerifyContext, make_environment, sandbox
 from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism
-
-from .env_helpers import run
 
 WHY = "bwrap is not installed (Debian: apt-get install bubblewrap)"
 

@@ -9,10 +9,9 @@ are the two-row fixture: the same task answered right (reward 1) and wrong (rewa
 from __future__ import annotations
 
 import pytest
+from harness.env_helpers import DATA, FakeJudge, load_cases, run
 
 from rewardprof.environments import BUILTIN, make_environment
-
-from .env_helpers import DATA, FakeJudge, load_cases, run
 
 ENVS = ["math", "mcq", "reasoning_gym", "code", "instruction_following", "llm_judge"]
 CASES = [(env, c) for env in ENVS for c in load_cases(env)]

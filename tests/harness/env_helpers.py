@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "environments"
+DATA = Path(__file__).resolve().parents[1] / "data" / "environments"
 
 
 def load_cases(env_name: str) -> list[dict]:

@@ -15,7 +15,7 @@ import pebble
 import pytest
 
 from rewardprof.environments import VerifyContext, make_environment
-from rewardprof.stages.rollout.runner import _make_pool
+from rewardprof.stages.rollout.verifying import make_pool
 
 ROWS = {
     "english_lowercase": (
@@ -52,9 +52,9 @@ async def _score_many(ctx: VerifyContext, row: dict, text: str, times: int) -> l
 
 @pytest.mark.parametrize("check", sorted(ROWS))
 def test_langdetect_checks_are_deterministic_in_the_rollout_pool(check):
-    """The rollout job's own pool (runner._make_pool: forked workers)."""
+    """The rollout job's own pool (verifying.make_pool: forked workers)."""
     row, text = ROWS[check]
-    pool = _make_pool(2)
+    pool = make_pool(2)
     try:
         rewards = asyncio.run(_score_many(VerifyContext(pool=pool, timeout_s=60), row, text, 100))
     finally:

@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.env_helpers import run
 from helpers import require_piece
 
 from rewardprof.environments import make_environment, sandbox_cleanup, sandbox_memory
-
-from .env_helpers import run
 
 IS_ROOT = os.geteuid() == 0
 TESTS = {"tests": [{"input": "2\n", "output": "4\n"}], "prompt": "Double the input."}

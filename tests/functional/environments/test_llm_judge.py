@@ -7,13 +7,12 @@ import email.utils
 import time
 
 import pytest
+from harness.env_helpers import FakeJudge, load_cases, run
 from pydantic import ValidationError
 
 from rewardprof.core.config import ConfigError
 from rewardprof.environments import make_environment
 from rewardprof.manifest.load import validate_config
-
-from .env_helpers import FakeJudge, load_cases, run
 
 ROW = load_cases("llm_judge")[0]["row"]
 FAST = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05}

@@ -33,12 +33,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from harness.env_helpers import DATA, run
 from helpers import require_piece
+from test_code_sandbox import need_root, sandbox_processes  # noqa: F401 (autouse fixture)
 
 from rewardprof.environments import make_environment
-
-from .env_helpers import DATA, run
-from .test_code_sandbox import need_root, sandbox_processes  # noqa: F401 (autouse fixture)
 
 CATALOGUE = [json.loads(line) for line in (DATA / "code_cheats.jsonl").read_text().splitlines()]
 ANSWER = "42"  # what every stdin/stdout bait answers (the catalogue's sum task expects it)
