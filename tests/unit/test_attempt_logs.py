@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_rollout_rules_append_to_their_logs():
     for smk in ("rollout.smk", "adaptive.smk"):
         shell = (REPO / "rules" / smk).read_text()
-        assert "2>> {log.rollout}" in shell and "2> {log.rollout}" not in shell, smk
+        assert "2>> {log.rollout:q}" in shell and "2> {log.rollout" not in shell, smk
 
 
 def test_each_attempt_starts_with_a_header_line(tmp_path, capsys):

@@ -198,6 +198,8 @@ def test_status_sums_replicas_over_jobs():
         "taken_at": now,
         "done": 0,
         "expected": 0,
+        "max_expected": 0,
+        "stopped_early": 0,
         "ok": 0,
         "failures": {},
         "finished": 0,
