@@ -42,3 +42,20 @@ rule adaptive_prior:
     shell:
         "rewardprof adaptive-prior --config {input.cfg} --tasks {input.tasks}"
         " --journal {params.journal} --out {output.prior} {input.first_rounds} 2> {log}"
+
+
+rule adaptive_audit:
+    input:
+        tasks=LAYOUT.tasks,
+        rollouts=LAYOUT.rollouts,
+        prior=LAYOUT.adaptive_prior,
+        cfg=LAYOUT.stage_config("rollout"),
+    output:
+        audit=LAYOUT.adaptive_audit,
+    log:
+        LAYOUT.log("adaptive_audit"),
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof adaptive-audit --config {input.cfg} --tasks {input.tasks}"
+        " --rollouts {input.rollouts} --prior {input.prior} --out {output.audit} 2> {log}"

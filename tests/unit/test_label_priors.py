@@ -12,6 +12,7 @@ import pytest
 from rewardprof.core.config import Config, Export
 from rewardprof.decisions.adaptive import keep_at
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.audit import audit_of, audit_report, audit_shares, clopper_pearson
 from rewardprof.decisions.grid_prior import GRID, fit_grid
 from rewardprof.decisions.keep_rules import KEEP
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
@@ -136,3 +137,52 @@ def test_a_label_below_the_minimum_runs_the_exact_test_and_agrees_fully():
     out, fixed, prior = _simulate(p, 8)
     assert prior.stop_mode == "exact"
     assert (out.keep == fixed).all()
+
+
+def test_clopper_pearson_matches_closed_forms():
+    lo, hi = clopper_pearson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 10), abs=1e-6)
+    lo, hi = clopper_pearson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / 10), abs=1e-6)
+    lo, hi = clopper_pearson(5, 10)
+    assert lo == pytest.approx(0.1871, abs=1e-4) and hi == pytest.approx(0.8129, abs=1e-4)
+
+
+def test_audit_sample_runs_to_k_and_reports_its_flip_rate():
+    rng = np.random.default_rng(11)
+    size = 400
+    p = rng.choice([0.0, 0.03, 0.6], size=size)
+    passes = (rng.random((size, K)) < p[:, None]).astype(float)
+    labels = np.full(size, "a", dtype=object)
+    ids = np.array([f"task-{i}" for i in range(size)], dtype=object)
+    first = passes[:, :4].sum(axis=1).astype(int)
+    fitted = fit_label_priors(np.full(size, 4), first, labels, {"a": True})
+    share = audit_shares({"a": size})["a"]
+    assert share == pytest.approx(30 / size)
+    priors = {"a": LabelPrior(**{**fitted["a"].__dict__, "audit_share": share})}
+    audited = audit_of(ids, labels, priors)
+    assert 15 <= audited.sum() <= 50  # ~30 by hash
+    k = np.full(size, K)
+    pos = idx = np.zeros(0, np.int64)
+    while True:
+        rec = Records(pos, idx, passes[pos, idx])
+        out = plan(BAYES, Export(), k, labels, rec, priors, 1.0, audited)
+        if out.done.all():
+            break
+        a, b = out.missing(rec)
+        pos, idx = np.concatenate([pos, a]), np.concatenate([idx, b])
+    assert (out.planned[audited] == K).all() and not out.stopped_early[audited].any()
+    replayed = plan(BAYES, Export(), k, labels, rec, priors)
+    assert replayed.stopped_early[audited].any()  # the replay stops some audited tasks early
+    report = audit_report(
+        labels, audited, replayed.stopped_early, replayed.keep, out.keep, BAYES.delta
+    )
+    overall = report["overall"]
+    assert overall["audited_tasks"] == audited.sum()
+    flips = audited & replayed.stopped_early & (replayed.keep != out.keep)
+    assert overall["flipped"] == flips.sum()
+    lo, hi = overall["flip_rate_interval"]
+    assert lo <= overall["flip_rate"] <= hi
+    # a made-up run where every early decision flipped: the warning
+    bad = audit_report(labels, audited, audited, ~out.keep, out.keep, BAYES.delta)
+    assert bad["overall"]["exceeds_delta"] and len(bad["warnings"]) == 1

@@ -19,6 +19,7 @@ K^2/2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,9 +95,7 @@ def _xlogy(x, y) -> np.ndarray:
 
 
 def _log_choose(m: int, j: np.ndarray) -> np.ndarray:
-    from math import lgamma
-
-    return np.array([lgamma(m + 1) - lgamma(k + 1) - lgamma(m - k + 1) for k in j])
+    return np.array([math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in j])
 
 
 def _log_binomial_kernel(n: int, c: int) -> np.ndarray:

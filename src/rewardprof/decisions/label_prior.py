@@ -53,6 +53,8 @@ class LabelPrior:
     candidates: tuple[GridPrior, ...]
     # the profile's prior family, for the posterior keep rules (min_signal_probability, ...)
     mixture: MixturePrior | None = None
+    # share of the label's tasks in the audit sample (decisions/audit.py), set by the run
+    audit_share: float = 0.0
 
     @property
     def point(self) -> GridPrior:
@@ -66,6 +68,7 @@ class LabelPrior:
             "stop_mode": self.stop_mode,
             "candidates": [c.as_dict()["weights"] for c in self.candidates],
             "mixture": self.mixture.as_dict() if self.mixture else None,
+            "audit_share": self.audit_share,
         }
 
     @classmethod
@@ -73,7 +76,8 @@ class LabelPrior:
         tasks = int(d["tasks"])
         cands = tuple(GridPrior.from_dict({"weights": w, "tasks": tasks}) for w in d["candidates"])
         mixture = MixturePrior.from_dict(d["mixture"]) if d.get("mixture") else None
-        return cls(tasks, str(d["source"]), bool(d["binary"]), str(d["stop_mode"]), cands, mixture)
+        head = (tasks, str(d["source"]), bool(d["binary"]), str(d["stop_mode"]), cands, mixture)
+        return cls(*head, float(d.get("audit_share", 0.0)))
 
 
 def _near_index(p: float) -> int:
