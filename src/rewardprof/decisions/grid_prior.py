@@ -31,7 +31,7 @@ from rewardprof.decisions.posterior import grouped_counts
 _T = np.linspace(0.0, 1.0, 41)
 GRID = np.unique(np.concatenate([[0.0, 1.0], 0.5 * (1.0 - np.cos(np.pi * _T))]))
 _EM_ITERATIONS = 3000
-_EM_TOLERANCE = 1e-10
+_EM_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -121,21 +121,23 @@ def em_weights(
     strength: float = 0.0,
 ) -> np.ndarray:
     """MAP grid weights under Dir(1 + strength * toward) by EM (deterministic: uniform start;
-    `toward` None: uniform)."""
+    `toward` None: uniform). `counts` may be a matrix (one row of pair counts per fit, e.g.
+    bootstrap resamples): then one row of weights per fit, all fitted at once."""
     size = lik.shape[1]
     toward = np.full(size, 1.0 / size) if toward is None else np.asarray(toward, float)
     prior_counts = strength * toward
-    w = np.full(size, 1.0 / size)
+    counts2 = np.atleast_2d(np.asarray(counts, dtype=float))
+    w = np.full((len(counts2), size), 1.0 / size)
     for _ in range(_EM_ITERATIONS):
-        mix = lik @ w
-        resp = (counts / np.where(mix > 0, mix, 1.0)) @ lik * w  # sum_i count_i r_ig
+        mix = w @ lik.T  # [fit, pair]
+        resp = (counts2 / np.where(mix > 0, mix, 1.0)) @ lik * w  # sum_i count_i r_ig
         new = resp + prior_counts
-        new = new / max(new.sum(), 1e-300)
+        new = new / np.maximum(new.sum(axis=1, keepdims=True), 1e-300)
         change = float(np.abs(new - w).max())
         w = new
         if change < _EM_TOLERANCE:
             break
-    return w
+    return w if np.ndim(counts) == 2 else w[0]
 
 
 def fit_grid(n, c, toward: np.ndarray | None = None, strength: float = 0.0) -> GridPrior:

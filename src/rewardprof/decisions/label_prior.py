@@ -30,11 +30,12 @@ import numpy as np
 from rewardprof.decisions.grid_prior import (
     GRID,
     GridPrior,
+    em_weights,
     fit_grid,
     likelihood_matrix,
     log_likelihood,
 )
-from rewardprof.decisions.posterior import MixturePrior, fit_prior, grouped_counts
+from rewardprof.decisions.posterior import MixturePrior, grouped_counts
 
 MIN_TASKS = 30
 SHRINK_TASKS = 10.0
@@ -132,10 +133,11 @@ def candidate_priors(
     lik, counts = likelihood_matrix(pairs), np.asarray(weights, float)
     floor = log_likelihood(point.w, lik, counts) - LIKELIHOOD_SLACK
     fits = [point.w]
-    rng = np.random.default_rng(seed)
-    for _ in range(replicates):
-        pick = rng.integers(0, len(n), len(n))
-        fits.append(fit_grid(n[pick], c[pick], pooled.w, SHRINK_TASKS).w)
+    if replicates:
+        # resampling tasks = a multinomial draw of how many tasks have each distinct (n, c)
+        rng = np.random.default_rng(seed)
+        resampled = rng.multinomial(int(counts.sum()), counts / counts.sum(), size=replicates)
+        fits += list(em_weights(lik, resampled, pooled.w, SHRINK_TASKS))
     out = list(fits)
     for w in fits:
         out += _edge_variants(w, lik, counts, floor)
@@ -155,9 +157,11 @@ def fit_label_priors(
     *,
     min_tasks: int = MIN_TASKS,
     replicates: int = BOOTSTRAP_REPLICATES,
+    mixtures: dict[str, MixturePrior] | None = None,
 ) -> dict[str, LabelPrior]:
     """Per label: its LabelPrior from per-task first-round (n, c); `binary`: label -> every
-    first-round reward of the label is 0 or 1."""
+    first-round reward of the label is 0 or 1; `mixtures`: label -> its profile-family prior
+    (for posterior keep rules), recorded alongside."""
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
@@ -171,6 +175,6 @@ def fit_label_priors(
         fit_on = np.ones(len(n), bool) if source == "pooled" else rows
         cands = candidate_priors(n[fit_on], c[fit_on], pooled, label_seed(label), replicates)
         mode = "bayes" if is_binary and tasks >= min_tasks else "exact"
-        mixture = fit_prior(n[fit_on], c[fit_on])
+        mixture = (mixtures or {}).get(label)
         out[label] = LabelPrior(tasks, source, is_binary, mode, cands, mixture)
     return out

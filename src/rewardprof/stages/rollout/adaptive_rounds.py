@@ -108,7 +108,8 @@ def stopping_priors(
     its tasks in the audit sample (decisions/audit.py)."""
     n, c, binary = first_round_counts(cfg, tasks, journal_dir, gen_key)
     labels = tasks["label"].to_numpy(dtype=object)
-    fitted = fit_label_priors(n, c, labels, binary)
+    mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
+    fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures)
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
     fitted = {lbl: replace(p, audit_share=shares[lbl]) for lbl, p in fitted.items()}
