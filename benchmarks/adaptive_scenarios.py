@@ -22,7 +22,13 @@ import numpy as np
 
 from rewardprof.core.config import Export
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_report, audit_shares, clopper_pearson
+from rewardprof.decisions.audit import (
+    audit_of,
+    audit_report,
+    audit_shares,
+    clopper_pearson,
+    with_audit_shares,
+)
 from rewardprof.decisions.label_prior import fit_label_priors
 
 K = 16
@@ -99,9 +105,10 @@ def run_once(rewards: np.ndarray, labels: np.ndarray) -> dict:
     }
     priors = fit_label_priors(np.full(tasks, 4), (first >= 1.0).sum(axis=1), labels, binary)
     shares = audit_shares({lbl: int((labels == lbl).sum()) for lbl in priors})
-    priors = {lbl: _with_share(p, shares[lbl]) for lbl, p in priors.items()}
+    priors = with_audit_shares(priors, shares)
     ids = np.array([f"{lbl}-{i}-{tasks}" for i, lbl in enumerate(labels)], dtype=object)
     audited = audit_of(ids, labels, priors)
+    audited = np.zeros(tasks, bool) if audited is None else audited
     out, rec = _loop(rewards, labels, priors, audited)
     every = np.repeat(np.arange(tasks), K), np.tile(np.arange(K), tasks)
     full = Records(*every, rewards[every])
@@ -117,12 +124,6 @@ def run_once(rewards: np.ndarray, labels: np.ndarray) -> dict:
         "audit": report["overall"],
         "modes": {p.stop_mode for p in priors.values()},
     }
-
-
-def _with_share(prior, share):
-    from dataclasses import replace  # noqa: PLC0415 - used once per run
-
-    return replace(prior, audit_share=share)
 
 
 def simulate(name: str, seed: int) -> dict:

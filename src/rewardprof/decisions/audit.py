@@ -20,6 +20,7 @@ a warning, not a failure.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,15 @@ def audit_mask(task_ids, labels, shares: dict[str, float]) -> np.ndarray:
     """Per task: audited (runs to K)."""
     share = pd.Series(np.asarray(labels, dtype=object)).map(shares).fillna(0.0).to_numpy(float)
     return audit_unit(task_ids) < share
+
+
+def with_audit_shares(priors: dict, shares: dict[str, float]) -> dict:
+    """The LabelPriors with their audit share; 0 for a label that gets the exact test (its
+    decisions equal the fixed-K ones by construction: nothing to audit)."""
+    return {
+        lbl: replace(p, audit_share=shares[lbl] if p.stop_mode == "bayes" else 0.0)
+        for lbl, p in priors.items()
+    }
 
 
 def audit_of(task_ids, labels, priors: dict | None) -> np.ndarray | None:

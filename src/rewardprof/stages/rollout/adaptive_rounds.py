@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.kinds import OK
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_shares
+from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.stages import StagePaths
@@ -112,7 +111,7 @@ def stopping_priors(
     fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures)
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
-    fitted = {lbl: replace(p, audit_share=shares[lbl]) for lbl, p in fitted.items()}
+    fitted = with_audit_shares(fitted, shares)
     return {lbl: p.as_dict() for lbl, p in fitted.items()}
 
 
