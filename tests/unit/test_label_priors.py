@@ -186,3 +186,34 @@ def test_audit_sample_runs_to_k_and_reports_its_flip_rate():
     # a made-up run where every early decision flipped: the warning
     bad = audit_report(labels, audited, audited, ~out.keep, out.keep, BAYES.delta)
     assert bad["overall"]["exceeds_delta"] and len(bad["warnings"]) == 1
+
+
+def test_partial_credit_label_agrees_with_fixed_k_under_bayes():
+    rng = np.random.default_rng(13)
+    size = 200
+    u = rng.random(size)
+    p = np.where(u < 0.5, 0.0, np.where(u < 0.7, 1.0, rng.random(size)))
+    rewards = (rng.random((size, K)) < p[:, None]).astype(float)
+    rewards = np.where(rng.random(rewards.shape) < 0.2, 0.5, rewards)
+    labels = np.full(size, "a", dtype=object)
+    first = rewards[:, :4]
+    priors = fit_label_priors(
+        np.full(size, 4),
+        (first >= 1).sum(axis=1),
+        labels,
+        {"a": bool(np.isin(first, [0, 1]).all())},
+    )
+    assert priors["a"].stop_mode == "exact" and not priors["a"].binary
+    k = np.full(size, K)
+    pos = idx = np.zeros(0, np.int64)
+    while True:
+        rec = Records(pos, idx, rewards[pos, idx])
+        out = plan(BAYES, Export(), k, labels, rec, priors)
+        if out.done.all():
+            break
+        a, b = out.missing(rec)
+        pos, idx = np.concatenate([pos, a]), np.concatenate([idx, b])
+    every = np.repeat(np.arange(size), K), np.tile(np.arange(K), size)
+    at_k = AdaptiveSettings("exact", first=K)
+    fixed = plan(at_k, Export(), k, labels, Records(*every, rewards[every])).keep
+    assert (out.keep == fixed).all() and out.stopped_early.any()
