@@ -2,6 +2,8 @@
 
     python benchmarks/bench_adaptive.py            # 20,000 tasks per distribution, markdown table
     python benchmarks/bench_adaptive.py --small    # smoke size: one result line
+    python benchmarks/bench_adaptive.py --scenarios   # small labels, pooled shapes, drift,
+                                                      # off-family, partial credit + the audit
 
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
@@ -14,9 +16,11 @@ default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pas
 * for comparison, fixed K = 4 with the default rules, and with the uncertainty-aware rule
   instead (export.min_signal_probability: 0.5, drop_all_fail/drop_all_pass off) under the
   prior fitted on those 4 rollouts
-* bayes(delta): a first round of min_rollouts = 4 per task, the label's prior fitted on it
-  (rewardprof.decisions.posterior.fit_prior, over all tasks), then 2 more at a time until
-  P(decision at 16 differs) < delta; the recorded decision is the most likely one at 16
+* bayes(delta): a first round of min_rollouts = 4 per task, the label's priors fitted on it
+  (rewardprof.decisions.label_prior.fit_label_priors: the grid prior and the candidates the
+  first round cannot rule out), then 2 more at a time until P(decision at 16 differs) < delta
+  under every candidate; the recorded decision is the most likely one at 16 (no audit sample
+  here: --scenarios measures it)
 
 Reported per distribution and mode: share of the fixed run's rollouts used, agreement with the
 fixed run's decisions, and accuracy against the truth (keep iff the true GRPO signal at
@@ -43,7 +47,15 @@ from rewardprof.decisions.adaptive import (
 )
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
 from rewardprof.decisions.adaptive_plan import plan as adaptive_plan
+from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
+
+try:  # run as a script: benchmarks/ is on sys.path
+    from adaptive_scenarios import SCENARIOS
+    from adaptive_scenarios import simulate as simulate_scenario
+except ImportError:  # imported as benchmarks.bench_adaptive
+    from benchmarks.adaptive_scenarios import SCENARIOS
+    from benchmarks.adaptive_scenarios import simulate as simulate_scenario
 
 K = 16
 GROUP_SIZE = 8
@@ -117,7 +129,8 @@ def simulate(name: str, tasks: int, seed: int) -> list[dict]:
     exact = AdaptiveSettings("exact", EXACT_FIRST_ROUND, ROUND, group_size=GROUP_SIZE)
     rows.append(("exact", *run_adaptive(passes, exact, ex)))
     first = passes[:, :DEFAULT_MIN_ROLLOUTS].sum(axis=1)
-    priors = {"bench": fit_prior(np.full(tasks, DEFAULT_MIN_ROLLOUTS), first)}
+    labels = np.full(tasks, "bench", dtype=object)
+    priors = fit_label_priors(np.full(tasks, DEFAULT_MIN_ROLLOUTS), first, labels, {"bench": True})
     for delta in DELTAS:
         bayes = AdaptiveSettings("bayes", DEFAULT_MIN_ROLLOUTS, ROUND, delta, GROUP_SIZE)
         rows.append((f"bayes delta={delta}", *run_adaptive(passes, bayes, ex, priors)))
@@ -139,7 +152,11 @@ def main() -> None:
     for flag, kind, default in (("--tasks", int, 20_000), ("--seed", int, 0)):
         ap.add_argument(flag, type=kind, default=default)
     ap.add_argument("--small", action="store_true", help="smoke size (2,000 tasks), one line")
+    ap.add_argument("--scenarios", action="store_true", help="adaptive_scenarios.py's table")
     args = ap.parse_args()
+    if args.scenarios:
+        print_scenarios(args.seed)
+        return
     tasks = 2_000 if args.small else args.tasks
     t0 = time.perf_counter()
     results = [
@@ -169,6 +186,25 @@ def main() -> None:
             )
         print()
     print(line)
+
+
+def print_scenarios(seed: int) -> None:
+    """bayes at delta 0.02 on the scenarios of adaptive_scenarios.py, one markdown row each."""
+    print(
+        "| scenario | tasks | test | agreement with fixed K | share of rollouts | audited "
+        "| audit: flipped / stopped early [95 % interval] | true flip rate | inside |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, name in enumerate(SCENARIOS):
+        r = simulate_scenario(name, seed + i)
+        lo, hi = r["audit_interval"]
+        print(
+            f"| {name} | {r['tasks']} | {r['modes']} | {r['agreement'] * 100:.2f} % "
+            f"| {r['share_rollouts']:.3f} | {r['audited']} | {r['audit_flip'][0]} / "
+            f"{r['audit_flip'][1]} [{lo:.3f}, {hi:.3f}] | {r['true_flip_rate']:.4f} "
+            f"| {r['true_in_interval']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

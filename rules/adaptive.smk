@@ -42,3 +42,20 @@ rule adaptive_prior:
     shell:
         "rewardprof adaptive-prior --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.prior:q} {input.first_rounds:q} 2> {log:q}"
+
+
+rule adaptive_audit:
+    input:
+        tasks=LAYOUT.tasks,
+        rollouts=LAYOUT.rollouts,
+        prior=LAYOUT.adaptive_prior,
+        cfg=LAYOUT.stage_config("rollout"),
+    output:
+        audit=LAYOUT.adaptive_audit,
+    log:
+        LAYOUT.log("adaptive_audit"),
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof adaptive-audit --config {input.cfg:q} --tasks {input.tasks:q}"
+        " --rollouts {input.rollouts:q} --prior {input.prior:q} --out {output.audit:q} 2> {log:q}"

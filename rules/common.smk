@@ -65,6 +65,8 @@ def final_outputs():
         LAYOUT.report_file("labels"),
         # the config the run used, for the record
         LAYOUT.stage_config("full"),
+        # bayes: the audit sample's measured agreement (rules/adaptive.smk)
+        *([LAYOUT.adaptive_audit] if BAYES else []),
     ]
 
 

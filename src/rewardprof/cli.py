@@ -203,6 +203,12 @@ def cmd_prior(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    report = _run_stage("adaptive_audit", args)
+    logging.info("audit: %s", json.dumps(report["overall"]))
+    return 0
+
+
 def _merge_args(p: argparse.ArgumentParser) -> None:
     add_path_arguments(p, "merge")
     p.add_argument("shards", nargs="+", help="the shard outputs, shard 0 first")
@@ -286,6 +292,12 @@ COMMANDS: tuple[Command, ...] = (
         "adaptive bayes: fit each label's prior on the first round of all shards",
         _prior_args,
         cmd_prior,
+    ),
+    Command(
+        "adaptive-audit",
+        "adaptive bayes: the audit sample's early decisions against the decisions at K",
+        _config_and_paths("audit"),
+        cmd_audit,
     ),
     Command("merge", "shard outputs -> rollouts dataset, checked", _merge_args, cmd_merge),
     Command(

@@ -156,7 +156,10 @@ def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
     plans = read_plans(bayes)
     agree = (plans["keep"].to_numpy() == keep_at(kit_export(), K, passes, 8)).mean()
     assert agree >= 0.98
-    assert sent_bayes == plans["planned"].sum() < 0.8 * sent_fixed
+    # fewer rollouts, though not many fewer at this size: the audit sample (30 of 150 tasks)
+    # runs to K, and 4 rollouts cannot tell a never-passing task from one passing 3 % of the
+    # time, so 0/4 tasks run on (docs/adaptive.md)
+    assert sent_bayes == plans["planned"].sum() < 0.9 * sent_fixed
     # the same run over 3 shards: the same pairs and decisions (one prior over all shards)
     three, _ = _run(tmp_path / "three", "bayes", 3, tasks_n=n)
     assert _pairs(three) == _pairs(bayes) and read_plans(three).equals(plans)

@@ -293,3 +293,13 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
     )
     (c,) = estimate(pilot, target, gpus=1, tasks={"c": 10})["labels"]
     assert c["rollouts_per_gpu_hour"] == pytest.approx(8 / hours, rel=1e-6)
+
+
+def test_total_useful_interval_is_not_the_sum_of_the_labels_bounds():
+    from rewardprof.tools.estimate import total_useful
+
+    parts = [{"useful_fraction": 5.0, "low": 0.0, "high": 10.0}] * 2
+    tot = total_useful(parts)
+    assert tot["useful_fraction"] == 10.0
+    # independent labels: deviations add in quadrature, narrower than [0, 20]
+    assert tot["low"] == pytest.approx(10 - 50**0.5) and tot["high"] == pytest.approx(10 + 50**0.5)

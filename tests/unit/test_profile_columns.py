@@ -192,3 +192,32 @@ def test_rollout_records_ok_without_reward_as_verifier_error():
         assert v.extras == {"why": "forgot"}
     ok = asyncio.run(_verify(NoReward(0.0), {}, "text", VerifyContext()))
     assert (ok.status, ok.reward) == ("ok", 0.0)
+
+
+def test_small_labels_get_the_pooled_prior_flagged_and_zero_in_their_intervals():
+    """The default run's first round (README): math 6 tasks all 0/4, mcq 8 tasks, rg 16."""
+    counts = {"math": [0] * 6, "mcq": [0] * 5 + [1] * 2 + [4], "rg": [0] * 13 + [1, 1, 2]}
+    labels = [lbl for lbl, cs in counts.items() for _ in cs]
+    passes = [c for cs in counts.values() for c in cs]
+    tasks = pd.DataFrame(
+        {
+            "task_index": range(len(labels)),
+            "task_id": [f"id{i}" for i in range(len(labels))],
+            "label": labels,
+            "environment": "math",
+            "num_repeats": 4,
+            "row": "{}",
+        }
+    )
+    rollouts = pd.DataFrame(
+        [(t, r, "ok", float(r < c), "stop", 5) for t, c in enumerate(passes) for r in range(4)],
+        columns=["task_index", "rollout_index", "status", "reward", "finish_reason"]
+        + ["completion_tokens"],
+    )
+    prof = task_profile(_cfg(), tasks, rollouts)
+    for lbl in ("math", "mcq"):
+        rows = prof[(prof["label"] == lbl) & (prof["num_passed"] == 0)]
+        assert (rows["prior_source"] == "pooled").all()
+        assert (rows["post_ci_low"] == 0.0).all()  # a 0/4 task may never pass
+        assert prof.attrs["priors"][lbl]["source"] == "pooled"
+        assert prof.attrs["priors"][lbl]["label_tasks"] < prof.attrs["priors"][lbl]["min_tasks"]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     field_validator,
@@ -202,6 +203,11 @@ class Adaptive(StrictModel):
     """bayes: the tolerated probability that a stopped task's decision differs from fixed K."""
     round_size: PositiveInt = 2
     """Rollouts per task per round after the first (exact's first round is this too)."""
+    audit_share: Annotated[float, Field(ge=0, le=1)] = 0.03
+    """bayes: share of each label's tasks (chosen by a hash of task_id) that always run to
+    num_repeats, so the run measures its own agreement (adaptive/audit.json)."""
+    audit_min_tasks: NonNegativeInt = 30
+    """bayes: audit at least this many tasks per label (at most all of them)."""
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -12,18 +12,28 @@ can ask it which rollouts a complete task has and what was decided.
 
 A failed rollout in a task's prefix is known (it is not sampled again in that run) but gives no
 reward: the test treats it like a rollout still to come (K - ok rollouts are unknown).
+
+Whether rewards are 0/1 is a property of the label, never of one task's prefix: a label is 0/1
+when its LabelPrior says so (bayes: every first-round reward of the label was 0 or 1), else
+when every known reward of its first round (rollouts below `first`) is 0 or 1. A partial-credit
+label's tasks get the exact test even where their own first rewards are all 0. `audit`: tasks
+that always run to K (decisions/audit.py): the run's own check of what stopping early costs.
+A task at K is decided by the rules on its rollouts (undecided ones per on_undecided), the same
+decision the export makes; only tasks below K get the bayes prediction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from rewardprof.decisions.adaptive import DEFAULT_DELTA, bayes_stop, posterior_fn_for
 from rewardprof.decisions.keep_rules import OpenTasks, decision_range
+from rewardprof.decisions.label_prior import LabelPrior
 from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.decisions.robust_stop import robust_bayes_stop
 
 
 @dataclass(frozen=True)
@@ -91,17 +101,36 @@ def _prefix_stats(records: Records, n_t: np.ndarray, pass_threshold: float):
     return present >= n_t, n_ok, passes, distinct, non_binary == 0
 
 
+def label_binary(
+    records: Records, labels: np.ndarray, first: int, priors: dict | None = None
+) -> np.ndarray:
+    """Per task: its label's rewards are 0/1 (see the module doc)."""
+    first_round = records.rollout_index < first
+    reward = records.reward[first_round]
+    odd = ~np.isnan(reward) & ~np.isin(reward, [0.0, 1.0])
+    odd_labels = set(pd.unique(labels[records.pos[first_round][odd]]).tolist())
+    out = np.ones(len(labels), dtype=bool)
+    for label in pd.unique(labels):
+        prior = (priors or {}).get(label)
+        is_binary = prior.binary if isinstance(prior, LabelPrior) else label not in odd_labels
+        out[labels == label] = is_binary
+    return out
+
+
 def plan(
     settings: AdaptiveSettings,
     ex,
     num_repeats: np.ndarray,
     labels: np.ndarray,
     records: Records,
-    priors: dict[str, MixturePrior] | None = None,
+    priors: dict[str, MixturePrior | LabelPrior] | None = None,
     pass_threshold: float = 1.0,
+    audit: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
-    config (keep rules); `priors`: label -> prior, needed by bayes and by posterior rules."""
+    config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
+    single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
+    stopped early."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and _uses_posterior(ex):
@@ -111,21 +140,34 @@ def plan(
         )
     k = np.asarray(num_repeats, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
+    if settings.mode == "bayes" or _uses_posterior(ex):
+        for label in pd.unique(labels):
+            if label not in (priors or {}):
+                raise ValueError(f"adaptive: no prior for label {label!r}")
     n_t = np.minimum(settings.first, k)
     done = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     waiting = np.zeros(len(k), dtype=bool)
+    of_binary_label = label_binary(records, labels, settings.first, priors)
+    audited = np.zeros(len(k), bool) if audit is None else np.asarray(audit, dtype=bool)
     while True:
         open_ = ~done & ~waiting
         if not open_.any():
             break
         complete, n_ok, passes, distinct, binary = _prefix_stats(records, n_t, pass_threshold)
+        binary &= of_binary_label
         waiting |= open_ & ~complete
         test = open_ & complete
-        settled, kept = _settled(
-            settings, ex, k, labels, priors, n_ok, passes, distinct, binary, test
+        at_k = n_t >= k
+        state = (n_ok, passes, distinct, binary)
+        settled, kept = _settled(settings, ex, k, labels, priors, *state, test & ~at_k)
+        # at K: the rules' decision on what the task has (as the export decides it)
+        _, kept_at_k = _settled(
+            replace(settings, mode="exact"), ex, k, labels, priors, *state, test & at_k
         )
-        finished = test & (settled | (n_t >= k))
+        kept = np.where(at_k, kept_at_k, kept)
+        settled &= ~audited  # audited: always to K
+        finished = test & (settled | at_k)
         done |= finished
         keep[finished] = kept[finished]
         grow = test & ~finished
@@ -171,7 +213,7 @@ def _settled_states(settings, ex, k, labels, priors, n_ok, passes, distinct, bin
         post_fn = None
         if _uses_posterior(ex):
             post_fn = posterior_fn_for(
-                prior,
+                prior.mixture if isinstance(prior, LabelPrior) else prior,
                 level=settings.ci_level,
                 group_size=settings.group_size,
                 signal_threshold=settings.signal_threshold,
@@ -196,11 +238,12 @@ def _settled_states(settings, ex, k, labels, priors, n_ok, passes, distinct, bin
         settled[at] = exact
         # a task at K whose failures leave it undecided keeps per on_undecided
         keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
-        if settings.mode == "bayes":
+        if settings.mode == "bayes" and _stops_by_bayes(prior):
             by_k = np.flatnonzero(binary[rows] & ~exact)
+            stop_fn = robust_bayes_stop if isinstance(prior, LabelPrior) else bayes_stop
             for kk in np.unique(k[rows][by_k]):
                 sel = by_k[k[rows][by_k] == kk]
-                stop, kept, _ = bayes_stop(
+                stop, kept, _ = stop_fn(
                     ex,
                     prior,
                     n[sel],
@@ -211,6 +254,11 @@ def _settled_states(settings, ex, k, labels, priors, n_ok, passes, distinct, bin
                     label,
                     post_fn,
                 )
-                settled[at[sel]] = stop & (n[sel] < kk) | exact[sel]
+                settled[at[sel]] = stop | exact[sel]
                 keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
     return settled, keep
+
+
+def _stops_by_bayes(prior) -> bool:
+    """A LabelPrior says whether its label gets the bayes test (else the exact one)."""
+    return not isinstance(prior, LabelPrior) or prior.stop_mode == "bayes"

@@ -257,7 +257,8 @@ class Posterior:
 def signal_root(group_size: int, s: float) -> float | None:
     """p in [0, 1/2] with 1 - p^G - (1-p)^G = s; None when s exceeds the maximum 1 - 2^(1-G)."""
     g = group_size
-    if s > 1.0 - 2.0 ** (1 - g):
+    # s >= 1 is beyond the maximum too, even where 1 - 2^(1-G) rounds to 1.0 (G >= 54)
+    if s >= 1.0 or s > 1.0 - 2.0 ** (1 - g):
         return None
     return bisect(lambda p: 1.0 - p**g - (1.0 - p) ** g, s, 0.0, 0.5)
 
@@ -266,6 +267,10 @@ def posterior(prior: MixturePrior, n: int, c: int) -> Posterior:
     """The task's posterior after c passes in n scored rollouts."""
     logs = _component_logs(prior, n, c)
     total = _logsumexp(logs)
+    if total == -math.inf:
+        # no component explains (n, c) (a prior without Beta weight, given mixed results):
+        # the data rule out the point masses, so the Beta part alone is left
+        return Posterior(0.0, 0.0, 1.0, prior.a + c, prior.b + n - c)
     pi0, pi1, pib = (math.exp(v - total) if v > -math.inf else 0.0 for v in logs)
     return Posterior(pi0, pi1, pib, prior.a + c, prior.b + n - c)
 

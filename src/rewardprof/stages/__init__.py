@@ -68,6 +68,12 @@ STAGE_PATH_ARGUMENTS: dict[str, dict[str, str]] = {
         "journal": "journal directory (every shard's first round)",
         "out": "adaptive/prior.json",
     },
+    "audit": {
+        "tasks": "the tasks table (all tasks)",
+        "rollouts": "the merged rollouts (rollouts.parquet/)",
+        "prior": "adaptive/prior.json",
+        "out": "adaptive/audit.json",
+    },
     "merge": {
         "tasks": "the tasks table (materialize/tasks.parquet)",
         "journal": "journal directory (for its notes)",

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK, FailureKind
+from rewardprof.decisions.label_prior import MIN_TASKS
 from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
 from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
@@ -112,20 +113,34 @@ def _posterior_cols(
     the same posterior for a label whose rewards are all 0/1; for a label with other rewards,
     the posterior of q = P(reward == v*), v* the label's most common reward, under a prior
     fitted the same way on that indicator: 1 - q^G - (1-q)^G is a lower bound of the chance
-    that a group's rewards differ (exact when a task's rewards take v* and one other value)."""
+    that a group's rewards differ (exact when a task's rewards take v* and one other value).
+    A label with fewer than MIN_TASKS scored tasks uses the prior fitted on every label's
+    tasks (`prior_source` "pooled"), and summary.json flags a prior fitted on fewer."""
     p = cfg.profile
     n = prof["num_rollouts"].to_numpy()
     c = prof["num_passed"].to_numpy()
     labels = prof["label"].to_numpy(dtype=object)
     rounded = np.round(reward, 9)
     out = {k: np.full(len(n), np.nan) for k in POSTERIOR_COLUMNS}
+    out["prior_source"] = np.full(len(n), "label", dtype=object)
     settings = {"level": p.ci_level, "group_size": p.group_size, "min_signal": p.signal_threshold}
     priors: dict[str, dict[str, Any]] = {}
+    pooled = fit_prior(n, c)
     for lbl, binary in _binary_labels(prof).items():
         rows = labels == lbl
-        prior = fit_prior(n[rows], c[rows])
+        tasks = int((n[rows] > 0).sum())
+        # below MIN_TASKS a label's own fit is near-degenerate (docs/profile.md): the pool's
+        source = "label" if tasks >= MIN_TASKS else "pooled"
+        prior = fit_prior(n[rows], c[rows]) if source == "label" else pooled
         cols = posterior_columns(prior, n[rows], c[rows], **settings)
-        priors[lbl] = {"pass_rate": prior.as_dict()}
+        out["prior_source"][rows] = source
+        priors[lbl] = {
+            "pass_rate": prior.as_dict(),
+            "source": source,
+            "label_tasks": tasks,
+            "min_tasks": MIN_TASKS,
+            "too_few_tasks": prior.tasks < MIN_TASKS,
+        }
         if not binary:
             of_label = rows[pos]
             values, counts = np.unique(rounded[of_label], return_counts=True)

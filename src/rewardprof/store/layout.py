@@ -11,6 +11,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     rollouts/status/<i>-of-<n>.json                      each rollout job's heartbeat
     rollouts.parquet/, merge_report.json                 the merged dataset
     adaptive/first_round/<i>-of-<n>.json, adaptive/prior.json   bayes adaptive sampling
+    adaptive/audit.json                                   bayes: the audit sample's agreement
     profile/, export/, report/                           the profile, the export, the report
     config/<name>.json                                   the config each stage read; full.json
     logs/, benchmarks/                                   one log / timing per job
@@ -65,6 +66,8 @@ class RunLayout:
         # adaptive sampling (bayes): each shard's first round, then the priors fitted on all
         self.adaptive_dir = root / "adaptive"
         self.adaptive_prior = self.adaptive_dir / "prior.json"
+        # bayes' audit sample: early decisions replayed against the decisions at K
+        self.adaptive_audit = self.adaptive_dir / "audit.json"
 
     @classmethod
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:

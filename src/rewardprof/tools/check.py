@@ -191,7 +191,17 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
             planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
             tasks.repeats = planned.fillna(pd.Series(tasks.repeats)).to_numpy(np.int64)
     _check_labels(report, tasks, present, problems)
+    counts["warnings"] = audit_warnings(layout)
     return problems, counts
+
+
+def audit_warnings(layout: RunLayout) -> list[str]:
+    """bayes: the audit's warnings (adaptive/audit.json): early decisions that flipped more
+    often than delta allows. A warning, not a problem: the run is complete and sound."""
+    path = layout.adaptive_audit
+    if not path.exists():
+        return []
+    return [f"{path}: {w}" for w in json.loads(path.read_text()).get("warnings", [])]
 
 
 def _gen_keys(path: Path) -> dict[str, int]:
@@ -287,6 +297,8 @@ def _check_labels(report: dict, tasks: _Tasks, present: np.ndarray, problems: li
 def run_command(args: argparse.Namespace) -> int:
     """`rewardprof check`: list the problems (exit 1) or say that every invariant holds."""
     problems, counts = check_run(args.run_dir, args.num_shards)
+    for w in counts.get("warnings", []):
+        print(f"warning: {w}")
     if problems:
         print(f"{args.run_dir}: {len(problems)} problem(s):")
         for p in problems:

@@ -229,7 +229,7 @@ def _assemble(
     pilot: dict[str, Any], target: Config, rows: list[dict], gpus: int, gpus_per_engine: int
 ) -> dict[str, Any]:
     total_h = sum(r["_hours"] for r in rows)
-    useful = {k: sum(r["_useful"][k] for r in rows) for k in ("useful_fraction", "low", "high")}
+    useful = total_useful([r["_useful"] for r in rows])
     adaptive_h = {m: sum(r["_hours"] * r["_shares"][m] for r in rows) for m in ("exact", "bayes")}
     engines = max(1, gpus // gpus_per_engine)
     jobs = target.num_shards
@@ -268,6 +268,17 @@ def _assemble(
             else None,
         },
     }
+
+
+def total_useful(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The useful tasks over labels: the sum of the point values, and an interval of about the
+    labels' level, not the sum of their bounds (that is wider than the level claims: every
+    label at its extreme at once). The labels' fits are independent, so their deviations add
+    in quadrature on each side."""
+    point = sum(p["useful_fraction"] for p in parts)
+    below = math.sqrt(sum((p["useful_fraction"] - p["low"]) ** 2 for p in parts))
+    above = math.sqrt(sum((p["high"] - p["useful_fraction"]) ** 2 for p in parts))
+    return {"useful_fraction": point, "low": max(0.0, point - below), "high": point + above}
 
 
 def _pilot_label(label: str, v: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.kinds import OK
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
+from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
@@ -58,24 +60,59 @@ def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFra
     ).winners
 
 
-def fit_priors(
+def first_round_counts(
     cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
-) -> dict[str, dict[str, float | int]]:
-    """Each label's prior, fitted on the first round (rollouts below adaptive.min_rollouts) of
-    all its tasks, as journaled: ok rollouts count, failed ones do not."""
+) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
+    """Per task (n, c) of the first round (rollouts below adaptive.min_rollouts), as journaled:
+    ok rollouts count, failed ones do not; and label -> every first-round reward is 0 or 1."""
     first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
     w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
     w = w[w["status"] == OK]
-    passed = w["reward"].to_numpy(dtype=float) >= cfg.profile.pass_threshold
-    by_task = pd.DataFrame({"task_index": w["task_index"].to_numpy(), "passed": passed})
-    counts = by_task.groupby("task_index")["passed"].agg(["size", "sum"])
-    counts = counts.reindex(tasks["task_index"].to_numpy(), fill_value=0)
+    reward = w["reward"].to_numpy(dtype=float)
+    passed = reward >= cfg.profile.pass_threshold
+    by_task = pd.DataFrame(
+        {
+            "task_index": w["task_index"].to_numpy(),
+            "passed": passed,
+            "binary": np.isin(reward, [0.0, 1.0]),
+        }
+    )
+    counts = by_task.groupby("task_index").agg(
+        size=("passed", "size"), sum=("passed", "sum"), binary=("binary", "all")
+    )
+    counts = counts.reindex(tasks["task_index"].to_numpy())
     labels = tasks["label"].to_numpy(dtype=object)
-    n, c = counts["size"].to_numpy(), counts["sum"].to_numpy()
+    binary = counts["binary"].fillna(True).astype(bool).to_numpy()
+    by_label = {lbl: bool(binary[labels == lbl].all()) for lbl in pd.unique(labels)}
+    n = counts["size"].fillna(0).to_numpy(np.int64)
+    return n, counts["sum"].fillna(0).to_numpy(np.int64), by_label
+
+
+def fit_priors(
+    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+) -> dict[str, dict[str, float | int]]:
+    """Each label's profile-family prior (decisions/posterior.py) on the first round."""
+    n, c, _ = first_round_counts(cfg, tasks, journal_dir, gen_key)
+    labels = tasks["label"].to_numpy(dtype=object)
     return {
         label: fit_prior(n[labels == label], c[labels == label]).as_dict()
         for label in pd.unique(labels)
     }
+
+
+def stopping_priors(
+    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+) -> dict[str, dict]:
+    """Each label's LabelPrior (decisions/label_prior.py) on the first round, with the share of
+    its tasks in the audit sample (decisions/audit.py)."""
+    n, c, binary = first_round_counts(cfg, tasks, journal_dir, gen_key)
+    labels = tasks["label"].to_numpy(dtype=object)
+    mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
+    fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures)
+    sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
+    shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
+    fitted = with_audit_shares(fitted, shares)
+    return {lbl: p.as_dict() for lbl, p in fitted.items()}
 
 
 def write_priors(cfg: Config, paths: StagePaths) -> dict:
@@ -90,16 +127,20 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
         "gen_key": key,
         "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
     }
+    result["label_priors"] = stopping_priors(cfg, tasks, paths.need("journal"), key)
     write_json_atomic(paths.need("out"), result)
     return result
 
 
-def load_priors(path: Path | None) -> dict[str, MixturePrior] | None:
-    """The priors adaptive-prior wrote (None: no file given)."""
+def load_priors(path: Path | None) -> dict[str, LabelPrior | MixturePrior] | None:
+    """The priors adaptive-prior wrote (None: no file given): LabelPriors, or the single
+    profile-family prior per label of a file written before they existed."""
     if path is None:
         return None
-    data = json.loads(path.read_text())["labels"]
-    return {label: MixturePrior.from_dict(d) for label, d in data.items()}
+    data = json.loads(path.read_text())
+    if "label_priors" in data:
+        return {lbl: LabelPrior.from_dict(d) for lbl, d in data["label_priors"].items()}
+    return {label: MixturePrior.from_dict(d) for label, d in data["labels"].items()}
 
 
 def shard_plan(
@@ -131,6 +172,9 @@ def shard_plan(
         records,
         priors,
         cfg.profile.pass_threshold,
+        audit_of(
+            tasks["task_id"].to_numpy(dtype=object), tasks["label"].to_numpy(dtype=object), priors
+        ),
     )
     return result, records
 

@@ -1,0 +1,73 @@
+"""adaptive audit (bayes): how often the run's early decisions differ from the decision at K,
+measured on its audit sample (decisions/audit.py), written to adaptive/audit.json.
+
+The audited tasks ran to num_repeats. Replaying the planner on the merged rollouts without the
+audit gives, for each of them, what it would have decided and whether it would have stopped
+early (a round only looks at the rollouts below its size, so the replay sees exactly what an
+unaudited task would have seen); the plan with the audit gives the decision at K.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.core.atomic import write_json_atomic
+from rewardprof.core.config import Config
+from rewardprof.core.kinds import OK
+from rewardprof.decisions.adaptive_plan import Records, plan
+from rewardprof.decisions.audit import audit_of, audit_report
+from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
+
+log = logging.getLogger(__name__)
+
+
+def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: dict) -> dict:
+    """The audit report of a run (see the module doc)."""
+    settings = settings_of(cfg)
+    if settings is None or settings.mode != "bayes":
+        raise ValueError("adaptive audit: only adaptive.mode bayes has an audit sample")
+    pos = pd.Index(tasks["task_index"]).get_indexer(rollouts["task_index"].to_numpy())
+    known = pos >= 0
+    ok = (rollouts["status"] == OK).to_numpy() & known
+    reward = rollouts["reward"].to_numpy(dtype=float, na_value=np.nan)
+    records = Records(
+        pos[known].astype(np.int64),
+        rollouts["rollout_index"].to_numpy(np.int64)[known],
+        np.where(ok[known], reward[known], np.nan),
+    )
+    labels = tasks["label"].to_numpy(dtype=object)
+    audited = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+    if audited is None:
+        audited = np.zeros(len(tasks), dtype=bool)
+    k = tasks["num_repeats"].to_numpy(np.int64)
+    args = (settings, cfg.export, k, labels, records, priors, cfg.profile.pass_threshold)
+    with_audit = plan(*args, audited)
+    replayed = plan(*args)
+    return audit_report(
+        labels,
+        audited & with_audit.done,
+        replayed.stopped_early,
+        replayed.keep,
+        with_audit.keep,
+        settings.delta,
+    )
+
+
+def run(cfg: Config, paths: StagePaths) -> StageReport:
+    """Audit the merged rollouts (paths.rollouts) of the tasks (paths.tasks) under the priors
+    (paths.prior); write paths.out (adaptive/audit.json), log each warning, return it."""
+    tasks = pq.read_table(
+        paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
+    ).to_pandas()
+    cols = ["task_index", "rollout_index", "status", "reward"]
+    rollouts = pq.read_table(paths.need("rollouts"), columns=cols).to_pandas()
+    report = audit_run(cfg, tasks, rollouts, load_priors(paths.need("prior")) or {})
+    for line in report["warnings"]:
+        log.warning("%s", line)
+    write_json_atomic(paths.need("out"), report)
+    return report
