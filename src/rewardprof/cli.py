@@ -127,16 +127,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
-    report = _run_stage("materialize", args)
-    for e in report["entries"]:
-        logging.info(
-            "%s: %d of %d rows read -> tasks [%d, %d)",
-            e["label"],
-            e["rows_selected"],
-            e["rows_read"],
-            e["start"],
-            e["end"],
-        )
+    for e in _run_stage("materialize", args)["entries"]:
+        rows = f"{e['rows_selected']} of {e['rows_read']} rows read"
+        logging.info("%s: %s -> tasks [%d, %d)", e["label"], rows, e["start"], e["end"])
     return 0
 
 
@@ -151,8 +144,8 @@ def _shard_index_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_shard(args: argparse.Namespace) -> int:
-    report = _run_stage("shard", args, with_config=False)
-    logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, report["num_tasks"])
+    n = _run_stage("shard", args, with_config=False)["num_tasks"]
+    logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, n)
     return 0
 
 
@@ -165,8 +158,7 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    summary = _run_stage("rollout", args)
-    logging.info("summary: %s", json.dumps(summary))
+    logging.info("summary: %s", json.dumps(_run_stage("rollout", args)))
     return 0
 
 
@@ -175,14 +167,13 @@ def cmd_first_round(args: argparse.Namespace) -> int:
     from rewardprof.stages.rollout.runner import run_shard  # lazy: as cmd_rollout
 
     cfg, paths = _config(args), _stage_paths(args)
-    tag = shard_tag(paths.need("shard"), paths.need("num_shards"))
     summary = run_shard(
         cfg,
         functools.partial(engine_session, cfg, paths.engine_log),  # opened only if needed
         paths.need("tasks"),
         paths.need("journal"),
         paths.need("out"),
-        tag,
+        shard_tag(paths.need("shard"), paths.need("num_shards")),
         first_round=cfg.adaptive.min_rollouts,
     )
     logging.info("first round: %s", json.dumps(summary))
@@ -198,14 +189,13 @@ def _prior_args(p: argparse.ArgumentParser) -> None:
 def cmd_prior(args: argparse.Namespace) -> int:
     from rewardprof.stages.rollout.adaptive_rounds import write_priors  # lazy: as cmd_rollout
 
-    result = write_priors(_config(args), _stage_paths(args))
-    logging.info("priors: %s", json.dumps(result["labels"]))
+    labels = write_priors(_config(args), _stage_paths(args))["labels"]
+    logging.info("priors: %s", json.dumps(labels))
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    report = _run_stage("adaptive_audit", args)
-    logging.info("audit: %s", json.dumps(report["overall"]))
+    logging.info("audit: %s", json.dumps(_run_stage("adaptive_audit", args)["overall"]))
     return 0
 
 
@@ -217,11 +207,9 @@ def _merge_args(p: argparse.ArgumentParser) -> None:
 def cmd_merge(args: argparse.Namespace) -> int:
     report = _run_stage("merge", args, with_config=False)
     logging.info("merged %d rollouts (%s)", report["num_rollouts"], report["by_status"])
-    if report["orphaned_journal_records"]:
-        logging.warning(
-            "%d journal records belong to tasks no longer in the tasks table (kept, not used)",
-            report["orphaned_journal_records"],
-        )
+    if orphans := report["orphaned_journal_records"]:
+        what = "journal records belong to tasks no longer in the tasks table (kept, not used)"
+        logging.warning("%d %s", orphans, what)
     return 0
 
 
