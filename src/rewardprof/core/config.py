@@ -24,12 +24,7 @@ from pydantic import (
 from rewardprof.core.config_engine import Engine, Fleet
 from rewardprof.core.config_types import RetryOptions, StrictModel
 from rewardprof.core.errors import ConfigError  # noqa: F401 (re-export: raised by every config check)
-from rewardprof.core.limits import (
-    MAX_NAME_LENGTH,
-    MAX_OPTIONS_DEPTH,
-    MAX_OPTIONS_VALUES,
-    structure_problem,
-)
+from rewardprof.core.limits import MAX_NAME_LENGTH, small_structure
 
 # A label or run name names files and directories (profile/by_label/<label>.parquet): letters,
 # digits, _ . - and at most MAX_NAME_LENGTH of them.
@@ -92,11 +87,7 @@ class Entry(StrictModel):
     @field_validator("options")
     @classmethod
     def _options_stay_small(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # before anything copies or writes them out: an anchor bomb expands to billions
-        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return small_structure(v)
 
 
 class Sampling(StrictModel):

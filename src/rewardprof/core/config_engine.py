@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from rewardprof.core.config_types import HttpUrl, PlainPath, StrictModel
-from rewardprof.core.limits import MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES, structure_problem
+from rewardprof.core.limits import small_structure
 
 
 class Engine(StrictModel):
@@ -79,11 +79,7 @@ class Engine(StrictModel):
     @field_validator("extra_body")
     @classmethod
     def _extra_body_stays_small(cls, v: dict[str, Any]) -> dict[str, Any]:
-        # before anything copies or sends it: an anchor bomb expands to billions
-        problem = structure_problem(v, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return small_structure(v)
 
 
 class Fleet(StrictModel):

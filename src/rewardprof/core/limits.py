@@ -25,6 +25,16 @@ MAX_CONFIG_TEXT = 1 << 20  # characters of one string (a judge's prompt template
 MAX_NAME_LENGTH = 64  # a label or run name: it names files and directories
 
 
+def small_structure(value: Any) -> Any:
+    """`value` (a validator's), unless it is deeper or bigger than a free-form config section
+    may be (MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES): checked before anything copies or writes it
+    out, as an anchor bomb expands to billions of values."""
+    problem = structure_problem(value, MAX_OPTIONS_DEPTH, MAX_OPTIONS_VALUES)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def structure_problem(
     value: Any, max_depth: int, max_values: int | None = None, max_text: int | None = None
 ) -> str | None:

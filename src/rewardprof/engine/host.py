@@ -80,6 +80,17 @@ def http_get_json(url: str, timeout: float = 3.0) -> tuple[int, object]:
         return 0, None
 
 
+def served_models(root: str) -> set | None:
+    """The model ids a local OpenAI-compatible server at `root` lists, once its /health
+    answers 200; None while it is not up (vLLM answers /v1/models only after loading)."""
+    status, _ = http_get_json(root + "/health")
+    if status != 200:
+        return None
+    status, body = http_get_json(root + "/v1/models")
+    data = body.get("data", []) if status == 200 and isinstance(body, dict) else []
+    return {m.get("id") for m in data if isinstance(m, dict)}
+
+
 @contextlib.contextmanager
 def job_signals_raise() -> Iterator[None]:
     """SIGTERM to the job becomes SystemExit(143), so `finally` blocks stop the server; SIGINT

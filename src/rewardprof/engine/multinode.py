@@ -33,9 +33,9 @@ from rewardprof.core.config import Config
 from rewardprof.engine.host import (
     die_with_parent,
     free_port,
-    http_get_json,
     job_signals_raise,
     processes_with_env,
+    served_models,
 )
 from rewardprof.engine.model import engine_python, resolve_model
 from rewardprof.engine.server import (
@@ -194,12 +194,9 @@ class MultiNodeServer:
                     f"replica {rep.index} ({root}) not ready after "
                     f"{self.cfg.engine.startup_timeout_s:.0f} s (log: {self.log_path})"
                 )
-            status, _ = http_get_json(root + "/health")
-            if status == 200:
-                status, body = http_get_json(root + "/v1/models")
-                ids = {m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)}
-                if self.token in ids:
-                    return
+            ids = served_models(root)
+            if ids is not None and self.token in ids:
+                return
             time.sleep(0.5)
 
     def stop(self) -> None:

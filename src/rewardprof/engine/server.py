@@ -40,9 +40,9 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.engine.host import (
     die_with_parent,
     free_port,
-    http_get_json,
     job_signals_raise,
     processes_with_env,
+    served_models,
 )
 from rewardprof.engine.model import engine_python, resolve_model
 
@@ -265,11 +265,8 @@ class VLLMServer:
                     f"vLLM server not ready after {self.cfg.engine.startup_timeout_s:.0f} s "
                     f"(engine.startup_timeout_s); last log lines:\n{self.tail()}"
                 )
-            status, _ = http_get_json(root + "/health")
-            if status == 200:
-                status, body = http_get_json(root + "/v1/models")
-                data = (body or {}).get("data", []) if status == 200 else []
-                ids = {m.get("id") for m in data if isinstance(m, dict)}
+            ids = served_models(root)
+            if ids is not None:
                 if self.token in ids:
                     if self.cfg.model_name not in ids:
                         raise EngineError(
