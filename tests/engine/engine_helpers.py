@@ -62,16 +62,22 @@ def base_config(**engine) -> dict:
 # ---- the real engine ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def models_dir() -> Path:
-    """The converted builtin model (made once; shared with the workflow's resources/)."""
+def require_engine(what: str = "the vLLM CPU engine") -> str:
+    """The engine's interpreter, once it imports vLLM (skip on a laptop, fail under CI)."""
     python = engine_python()
     try:
         probe_engine(python)
         ok, why = True, ""
     except EngineError as exc:
         ok, why = False, str(exc)
-    require("the vLLM CPU engine", ok, why)
+    require(what, ok, why)
+    return python
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """The converted builtin model (made once; shared with the workflow's resources/)."""
+    python = require_engine()
     d = Path(os.environ.get("REWARDPROF_TEST_MODELS_DIR") or REPO / "resources" / "models")
     if not (d / model_key(MODEL) / MARKER).is_file():
         convert_builtin(MODEL, d / model_key(MODEL), python)

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from engine_helpers import base_config, require
+from engine_helpers import base_config, require_engine
 
-from rewardprof.engine.model import engine_python
 from rewardprof.engine.multinode import plan
-from rewardprof.engine.server import EngineError, probe_engine
 from rewardprof.manifest.load import validate_config
 
 PARSE = """
@@ -40,13 +38,7 @@ print(json.dumps(out))
 
 
 def test_generated_multinode_lines_parse_with_the_installed_vllm():
-    python = engine_python()
-    try:
-        probe_engine(python)
-        ok, why = True, ""
-    except EngineError as exc:
-        ok, why = False, str(exc)
-    require("the vLLM engine", ok, why)
+    python = require_engine("the vLLM engine")
     serve_args = ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]
     cfg = validate_config(
         base_config(

@@ -5,36 +5,19 @@ a real worker pool (the rows themselves load in L0: test_nemo_gym_conformance.py
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from harness.env_helpers import run
+from harness.nemo_gym_rows import ENVS, OPTIONS, rows, task_row
 from helpers import require_piece
 
 from rewardprof.environments import make_environment
 from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
-
-DATA = Path(__file__).resolve().parents[2] / "data" / "nemo_gym"
-ENVS = ["instruction_following", "ifbench", "mcqa", "math_with_judge", "polymath"]
-# One recorded closed form takes math-verify ~10 s (6 s CPU) alone; past its own time limit it
-# answers "not equal" (a 0, not a timeout), so the limit leaves room for a loaded machine.
-OPTIONS = {env: {"timeout_s": 120} for env in ("math_with_judge", "polymath")}
-
-
-def _rows(env: str, name: str) -> list[dict]:
-    with (DATA / env / name).open() as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _completion(record: dict) -> str:
     """The text NeMo Gym verified: the last output message's first text part."""
     messages = [o for o in record["response"]["output"] if o.get("type") == "message"]
     return messages[-1]["content"][0]["text"] if messages else ""
-
-
-def _task_row(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k != "response"}
 
 
 def _recorded(record: dict) -> float:
@@ -55,14 +38,14 @@ def _mcqa_2(verdict) -> None:
 
 
 DEVIATIONS = {("mcqa", 2): _mcqa_2}
-REPLAY = [(env, i) for env in ENVS for i in range(len(_rows(env, "example_rollouts.jsonl")))]
+REPLAY = [(env, i) for env in ENVS for i in range(len(rows(env, "example_rollouts.jsonl")))]
 
 
 @pytest.mark.parametrize(("env", "i"), REPLAY)
 def test_recorded_response_scores_as_nemo_gym_recorded(env, i, ctx):
-    record = _rows(env, "example_rollouts.jsonl")[i]
+    record = rows(env, "example_rollouts.jsonl")[i]
     environment = make_environment(env, OPTIONS.get(env))
-    verdict = run(environment.verify(_task_row(record), _completion(record), ctx))
+    verdict = run(environment.verify(task_row(record), _completion(record), ctx))
     if (env, i) in DEVIATIONS:
         DEVIATIONS[env, i](verdict)
         return

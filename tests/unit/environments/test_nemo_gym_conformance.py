@@ -8,29 +8,12 @@ The instruction environments need NLTK's punkt_tab, stopwords and POS tagger (in
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from harness.nemo_gym_rows import ENVS, OPTIONS, rows, task_row
 from helpers import require_piece
 
 from rewardprof.environments import make_environment
 from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
-
-DATA = Path(__file__).resolve().parents[2] / "data" / "nemo_gym"
-ENVS = ["instruction_following", "ifbench", "mcqa", "math_with_judge", "polymath"]
-# One recorded closed form takes math-verify ~10 s (6 s CPU) alone; past its own time limit it
-# answers "not equal" (a 0, not a timeout), so the limit leaves room for a loaded machine.
-OPTIONS = {env: {"timeout_s": 120} for env in ("math_with_judge", "polymath")}
-
-
-def _rows(env: str, name: str) -> list[dict]:
-    with (DATA / env / name).open() as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _task_row(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k != "response"}
 
 
 def _needs_nltk_data(env: str) -> None:
@@ -45,14 +28,14 @@ LOAD_CASES = [
     (env, name, i)
     for env in ENVS
     for name in ("example.jsonl", "example_rollouts.jsonl")
-    for i in range(len(_rows(env, name)))
+    for i in range(len(rows(env, name)))
 ]
 
 
 @pytest.mark.parametrize(("env", "name", "i"), LOAD_CASES)
 def test_every_example_row_loads(env, name, i):
     _needs_nltk_data(env)
-    row = _task_row(_rows(env, name)[i])
+    row = task_row(rows(env, name)[i])
     environment = make_environment(env, OPTIONS.get(env))
     environment.check_row(row)
     messages = environment.prompt(row)
