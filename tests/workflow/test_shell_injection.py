@@ -8,6 +8,8 @@ import pytest
 from harness import shardkit as kit
 from helpers import snakemake, write_config
 
+from rewardprof.engine.model import CONVERTER_VERSION
+
 pytestmark = pytest.mark.workflow
 
 ENTRIES = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
@@ -40,11 +42,14 @@ def test_a_command_in_a_path_is_refused_and_runs_nothing(tmp_path, key, value):
 
 def test_a_path_with_a_space_reaches_the_command_as_one_word(tmp_path):
     """What validation lets through (a space is a plain path's character) is quoted: the
-    printed command holds each path as one shell word."""
+    printed command holds each path as one shell word. engine.python reaches the conversion
+    through the environment (rules/model.smk), so no shell command holds it at all."""
     kit.write_source(tmp_path / "data/m.jsonl", 2)
     config = _serve_config(tmp_path, models_dir="my models", python="/opt/my env/bin/python")
     r = snakemake(tmp_path, "-n", "-p", "--configfile", str(config))
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "--out 'my models/smollm2-135m'" in r.stdout
-    assert "--python '/opt/my env/bin/python'" in r.stdout
-    assert "> 'my models/.logs/smollm2-135m.log'" in r.stdout
+    key = f"smollm2-135m-c{CONVERTER_VERSION}"
+    assert f"--out 'my models/{key}' --stamp 'my models/{key}.json'" in r.stdout
+    assert f"> 'my models/.logs/{key}.log'" in r.stdout
+    commands = [line for line in r.stdout.splitlines() if line.startswith("Shell command:")]
+    assert commands and not any("/opt/my env" in line for line in commands), commands

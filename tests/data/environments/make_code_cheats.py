@@ -376,7 +376,7 @@ if os.fork() == 0:
     ),
 )
 
-# --- cheats on the grader's process (issue 28): the program's process only computes, so
+# --- cheats on the grader's process: the program's process only computes, so
 # whatever it patches there, the comparison is made where it never ran ---
 ISCLOSE = {
     "prompt": "Write a function add(a, b) returning a + b.",

@@ -125,7 +125,7 @@ def test_catalogue_covers_what_it_must():
         "override_builtin_the_test_uses",
         "print_pass_marker",
         "daemon_writes_after_exit",
-        # the grader attacks of issue 28: all scored 1 when test code ran in the program's
+        # the attacks on the grader's process: all scored 1 when test code ran in the program's
         # process; now only the program's return values leave it
         "patch_main_equal",
         "replace_runner_exec",
