@@ -194,8 +194,7 @@ class Balancer:
         try:
             async with session.get(
                 health_url(r.url), timeout=aiohttp.ClientTimeout(total=max(self.interval_s, 5.0))
-            ) as resp:
-                await resp.read()
+            ) as resp:  # the status is the answer: the body is never read
                 return None if resp.status == 200 else f"/health answered HTTP {resp.status}"
         except aiohttp.ClientConnectorError as exc:
             return f"{CONNECT_FAILED}: {exc}"

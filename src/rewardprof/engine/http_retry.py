@@ -8,11 +8,12 @@ min(backoff_max_s, backoff_initial_s * 2^(n-1)) times a jitter in [0.5, 1.5), an
 than the server's Retry-After (delta-seconds or an HTTP date). A request gives up after
 `max_attempts`, or when the next wait would take it past `budget_s` (`with_retries`).
 
-A body is read in chunks, decompressed as it arrives (aiohttp decompresses gzip/deflate in
-bounded steps), and counted: past `max_bytes` of decompressed body the read stops and the
-attempt fails as `reply_too_large` (`read_bounded`), so a gzip bomb or a chunked body that
-never ends costs at most `max_bytes` of memory, never the whole reply. An error page is read
-only as far as its one-line detail needs.
+A body is read in chunks and inflated here, never by aiohttp (`client_session` turns its
+decompression off): each compressed chunk is inflated to at most what is left of `max_bytes`, so
+past `max_bytes` of decompressed body the read stops and the attempt fails as `reply_too_large`
+(`read_bounded`). A gzip bomb or a chunked body that never ends costs at most `max_bytes` of
+memory, whatever the library version or how fast the server writes. An error page is read only
+as far as its one-line detail needs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import random
 import re
 import time
 import urllib.parse
+import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -112,12 +114,65 @@ def reply_too_large(what: str) -> AttemptError:
     return AttemptError(FailureKind.ENGINE_ERROR, f"{REPLY_TOO_LARGE}: {what}", True)
 
 
+# The encodings `read_bounded` inflates, and so the only ones `client_session` asks for.
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+def client_session(
+    connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
+    """A session whose bodies `read_bounded` inflates itself: aiohttp's own decompression
+    is off, so no reply is ever inflated past the caller's bound."""
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
+        auto_decompress=False,
+    )
+
+
+class _Inflater:
+    """Content-Encoding gzip or deflate, inflated a chunk at a time to at most a given size.
+    A "deflate" body may come with the zlib wrapper (RFC 9110) or raw, as some servers send
+    it; the first byte tells which."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+
+    def inflate(self, chunk: bytes, max_out: int) -> bytes:
+        """At most `max_out` bytes of what `chunk` (and what is left of earlier ones) inflates
+        to; anything beyond stays compressed, in `zlib`'s unconsumed tail."""
+        if self._z is None:  # deflate: wrapped when the first byte names method 8
+            wbits = zlib.MAX_WBITS if chunk[:1] and chunk[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            self._z = zlib.decompressobj(wbits)
+        try:
+            return self._z.decompress(self._z.unconsumed_tail + chunk, max_out)
+        except zlib.error as exc:
+            raise invalid_reply(f"body is not valid {self.encoding} ({exc})") from None
+
+
+def _inflater(resp: aiohttp.ClientResponse) -> _Inflater | None:
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return _Inflater("gzip")
+    if encoding == "deflate":
+        return _Inflater("deflate")
+    raise invalid_reply(f"Content-Encoding {encoding[:40]!r} not asked for ({ACCEPT_ENCODING})")
+
+
 async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool]:
     """The decompressed body, read chunk by chunk and never more than `max_bytes` of it;
-    (body, whether more was left unread)."""
+    (body, whether more was left unread). The response must come from a `client_session`
+    (aiohttp's decompression off): the inflating happens here, bounded."""
+    inflater = _inflater(resp)
     parts: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_chunked(_CHUNK):
+        if inflater is not None:
+            # one byte more than is left: getting it means the body is over its bound
+            chunk = inflater.inflate(chunk, max_bytes - size + 1)
         size += len(chunk)
         if size > max_bytes:
             parts.append(chunk[: len(chunk) - (size - max_bytes)])
@@ -143,6 +198,16 @@ def parse_json_body(raw: bytes) -> Any:
         raise invalid_reply(f"malformed JSON in body ({str(exc).splitlines()[0][:80]})") from None
 
 
+async def _error_text(resp: aiohttp.ClientResponse) -> str:
+    """The start of an error page, as UTF-8 with bad bytes replaced; an undecodable one is ""
+    (the status is what the attempt fails with)."""
+    try:
+        raw, _ = await read_bounded(resp, ERROR_BODY_BYTES)
+    except AttemptError:
+        return ""
+    return raw.decode("utf-8", "replace")
+
+
 async def post_json(
     session: aiohttp.ClientSession,
     url: str,
@@ -163,8 +228,7 @@ async def post_json(
             url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
             if resp.status != 200:
-                raw, _ = await read_bounded(resp, ERROR_BODY_BYTES)
-                text = raw.decode("utf-8", "replace")
+                text = await _error_text(resp)
                 # redact before the detail is cut to length: no partial key survives
                 raise status_error(resp.status, redact(text, secret), resp.headers)
             raw, cut = await read_bounded(resp, max_bytes)

@@ -28,6 +28,7 @@ from rewardprof.engine.http_retry import (
     AttemptError,
     RetryPolicy,
     bearer_url,
+    client_session,
     post_json,
     with_retries,
 )
@@ -89,9 +90,7 @@ class JudgeClient:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         if self._api_key:
             self.url = bearer_url(self.url)
-        return aiohttp.ClientSession(
-            headers=headers, connector=aiohttp.TCPConnector(limit=self.options.concurrency)
-        )
+        return client_session(aiohttp.TCPConnector(limit=self.options.concurrency), headers)
 
     async def _post_with_retries(self, body: dict[str, Any]) -> str:
         if self._session is None:

@@ -10,6 +10,7 @@ from rewardprof.core.config import Config, ConfigError
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.stages.rollout.progress import peak_rss_mb
 from rewardprof.store.journal import JournalLocked
 from rewardprof.store.shards import shard_tag
 
@@ -48,5 +49,5 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
             beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
         raise
     if beat is not None:
-        beat.write(state="done", by_status=summary["by_status"])
+        beat.write(state="done", by_status=summary["by_status"], peak_rss_mb=peak_rss_mb())
     return summary

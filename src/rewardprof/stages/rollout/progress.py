@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import sys
 import time
 from collections import Counter
@@ -52,10 +53,21 @@ def log_start(shard_tag: str, tasks: int, missing: int, info: dict[str, Any]) ->
         )
 
 
+def peak_rss_mb() -> float:
+    """The largest resident set this process has had, in MB (Linux counts ru_maxrss in KiB):
+    what a Slurm job's memory request must cover for the client."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def log_done(shard_tag: str, summary: dict[str, Any]) -> None:
     """A shard's counts by status when its output is written; a warning if token counts are
     estimates."""
-    log.info("%s: done: %s", shard_tag, json.dumps(summary["by_status"]))
+    log.info(
+        "%s: done: %s; peak memory of this job %.0f MB",
+        shard_tag,
+        json.dumps(summary["by_status"]),
+        peak_rss_mb(),
+    )
     sources = summary["completion_tokens_source"]
     if sources.get(TokensSource.APPORTIONED):
         log.warning(

@@ -31,6 +31,7 @@ from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK, FailureKind
 from rewardprof.engine.balancer import make_balancer
 from rewardprof.engine.client import ChatClient, ChatResult
+from rewardprof.engine.http_retry import client_session
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, VerifyContext, make_environment
@@ -253,7 +254,7 @@ class ShardRun:
         ticking = asyncio.ensure_future(progress.ticking())
         probing = None
         try:
-            async with aiohttp.ClientSession(connector=connector) as session:
+            async with client_session(connector) as session:
                 client = ChatClient(
                     session,
                     self.endpoint.base_url,
