@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from harness import shardkit as kit
+from harness.live_run import beat, rollout_job, run_dir, status_cli, wait_for
 
-from rewardprof.stages import StagePaths, materialize, shard
 from rewardprof.store.layout import RunLayout
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.tools.status import collect
@@ -36,115 +35,28 @@ def server():
 
 
 def _run_dir(tmp_path: Path, base_url: str, **rollout) -> tuple[RunLayout, Path]:
-    """results/t/ with its tasks and shard files, and the config file of the run."""
-    data = {
-        "run": "t",
-        "num_shards": N,
-        "entries": [
-            {"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}
-        ],
-        "engine": {
-            "mode": "endpoint",
-            "base_url": base_url,
-            "model": kit.MODEL,
-            "return_token_ids": True,
-        },
-        "rollout": {
-            "concurrency": 2,
-            "backoff_initial_s": 0.05,
-            "backoff_max_s": 0.2,
-            "verify_workers": 1,
-            "progress_interval_s": 0.2,
-            **rollout,
-        },
-    }
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(data))
-    cfg = kit.make_config(base_url, K)  # only for materialize: same entry, same source
-    layout = RunLayout(tmp_path / "results" / "t", N)
-    kit.write_source(tmp_path / "data" / "m.jsonl", TASKS)
-    materialize.run(
-        cfg, StagePaths(tasks=layout.tasks, report=layout.materialize_report, base_dir=tmp_path)
-    )
-    for i in range(N):
-        shard.run(
-            None,
-            StagePaths(tasks=layout.tasks, out=layout.shard_tasks(i), shard=i, num_shards=N),
-        )
-    return layout, config
-
-
-def _rollout(layout: RunLayout, config: Path, i: int, log: Path) -> subprocess.Popen:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rewardprof.cli",
-            "rollout",
-            "--config",
-            str(config),
-            "--tasks",
-            str(layout.shard_tasks(i)),
-            "--journal",
-            str(layout.journal),
-            "--out",
-            str(layout.shard_rollouts(i)),
-            "--shard",
-            str(i),
-            "--num-shards",
-            str(N),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
-
-
-def _wait_for(predicate, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _beat(layout: RunLayout, i: int) -> dict:
-    try:
-        return json.loads(layout.shard_status(i).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _status_cli(layout: RunLayout, *args: str) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "rewardprof.cli", "status", str(layout.root), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    return run_dir(tmp_path, base_url, TASKS, K, N, **rollout)
 
 
 def _held_mid_run(server: FakeOpenAI, layout: RunLayout, served: int) -> None:
     """Wait until shard 0's job has `served` requests answered and journaled (its heartbeat
     says so) and is waiting on held ones."""
-    _wait_for(lambda: server.gate_held >= 1, "a held request")
-    _wait_for(lambda: _beat(layout, 0).get("generated") == served * K, "the heartbeat")
+    wait_for(lambda: server.gate_held >= 1, "a held request")
+    wait_for(lambda: beat(layout, 0).get("generated") == served * K, "the heartbeat")
 
 
 def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
     layout, config = _run_dir(tmp_path, server.base_url)
     server.hold_after(3)
     log = tmp_path / "logs" / "0.log"
-    job = _rollout(layout, config, 0, log)
+    job = rollout_job(layout, config, 0, log)
     try:
         _held_mid_run(server, layout, 3)
         st = collect(layout.root)
-        text = _status_cli(layout)
+        text = status_cli(layout)
         # the log gets its line every interval also while no rollout finishes (held)
         stalled = "[0-of-2] 6/20 rollouts, "
-        _wait_for(
+        wait_for(
             lambda: sum(ln.startswith(stalled) for ln in log.read_text().splitlines()) >= 3,
             "progress lines while requests are held",
         )
@@ -175,7 +87,7 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
     assert any("/40 (" in line and "[0-of-2: " in line for line in run_lines), out
 
     # shard 1 too, then the finished run
-    job = _rollout(layout, config, 1, tmp_path / "logs" / "1.log")
+    job = rollout_job(layout, config, 1, tmp_path / "logs" / "1.log")
     job.communicate(timeout=120)
     assert job.returncode == 0
     # --watch redrew the status until every shard was done, then ended by itself
@@ -183,7 +95,7 @@ def test_status_of_a_run_in_progress_and_finished(tmp_path, server):
     assert watcher.returncode == 0
     snapshots = watched.split("\n\n" + str(layout.root))
     assert len(snapshots) >= 2 and "2 of 2 done" in snapshots[-1]
-    done = json.loads(_status_cli(layout, "--json"))
+    done = json.loads(status_cli(layout, "--json"))
     assert (done["done"], done["expected"], done["finished"], done["running"]) == (40, 40, 2, 0)
     assert [s["state"] for s in done["shards"]] == ["done", "done"]
     assert done["failures"] == {} and done["eta"] is None
@@ -195,7 +107,7 @@ def test_dead_endpoint_stops_the_job_with_one_line(tmp_path, server):
     layout, config = _run_dir(tmp_path, server.base_url, endpoint_down_s=limit)
     server.hold_after(2)
     log = tmp_path / "logs" / "0.log"
-    job = _rollout(layout, config, 0, log)
+    job = rollout_job(layout, config, 0, log)
     _held_mid_run(server, layout, 2)
     killed = time.monotonic()
     server.stop()  # the endpoint is gone: held requests are cut, new ones refused
@@ -217,5 +129,5 @@ def test_dead_endpoint_stops_the_job_with_one_line(tmp_path, server):
     assert s0["failures"] == {} and s0["ok"] == s0["done"]
     assert st["stopped"] == ["0-of-2"]
     assert "EndpointDown" in s0["error"] and "Cannot connect to host" in s0["error"]
-    text = _status_cli(layout)
+    text = status_cli(layout)
     assert "stopped shards:" in text and "0-of-2" in text.split("stopped shards:")[1]

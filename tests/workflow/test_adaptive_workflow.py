@@ -22,6 +22,7 @@ import pytest
 from helpers import REPO, endpoint_config, math_row, snakemake, wait_for, write_config, write_jsonl
 
 from rewardprof.testing.fake_server import FakeOpenAI
+from rewardprof.tools.status import collect, format_status
 
 pytestmark = pytest.mark.workflow
 TASKS, K = 45, 8
@@ -107,6 +108,24 @@ def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
     one, three = runs["bayes1"][0], runs["bayes3"][0]
     assert _pairs(one) == _pairs(three)
     assert _kept(one) == _kept(three)
+
+
+def test_a_finished_adaptive_run_reads_done_in_status(runs):
+    """Planned rollouts, not K per task: a finished run is done, never "516/624 (82.7 %)"."""
+    for key in ("bayes1", "bayes3"):
+        root, _ = runs[key]
+        st = collect(root / "results/t")
+        prof = pq.read_table(root / "results/t/profile/tasks.parquet").to_pandas()
+        assert [s["state"] for s in st["shards"]] == ["done"] * len(st["shards"]), key
+        assert st["done"] == st["expected"] == int(prof["num_rollouts"].sum()) < TASKS * K
+        assert (st["max_expected"], st["stopped_early"]) == (
+            TASKS * K,
+            int(prof["stopped_early"].sum()),
+        )
+        assert st["eta_s"] in (None, 0)
+        text = format_status(st)
+        assert f"done: {st['done']}/{st['expected']} rollouts" in text, text
+        assert f"stopped early {st['stopped_early']} tasks" in text, text
 
 
 def _asked(requests: list[dict]) -> list[tuple[str, int]]:

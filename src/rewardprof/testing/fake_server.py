@@ -42,6 +42,8 @@ does not count, so retries cannot use up the served answers.
 (user, password)` demands HTTP Basic auth instead (a base URL with user:password); with
 `echo_auth=True` every completion quotes the Authorization header it got, as sent and decoded.
 `request_times` holds the monotonic arrival time of every chat request (backoff, Retry-After).
+`latency_s` delays every chat answer, `models_latency_s` every `GET /models` (the check a
+rollout job makes before its first request): a job's rate and startup, set by the test.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class FakeOpenAI(BackgroundServer):
         host: str = "127.0.0.1",
         port: int = 0,
         latency_s: float = 0.0,
+        models_latency_s: float = 0.0,
         hang_s: float = 3600.0,
         fault_fn: Callable[[dict], str | None] | None = None,
         return_token_ids: bool = True,
@@ -91,6 +94,7 @@ class FakeOpenAI(BackgroundServer):
         self.echo_auth = echo_auth
         self.answer, self.model = answer, model
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
+        self.models_latency_s = models_latency_s  # a job's startup, as an engine check takes
         self.return_token_ids = return_token_ids
         self.api_key, self.echo_key = api_key, echo_key
         self.expected_auth = f"Bearer {api_key}" if api_key is not None else None
@@ -187,6 +191,8 @@ class FakeOpenAI(BackgroundServer):
     async def _models(self, request: web.Request) -> web.Response:
         if (denied := self._unauthorized(request)) is not None:
             return denied
+        if self.models_latency_s:
+            await asyncio.sleep(self.models_latency_s)
         return web.json_response({"object": "list", "data": [{"id": self.model}]})
 
     def _next_fault(self, body: dict) -> str | None:

@@ -34,6 +34,19 @@ WINDOW_SAMPLES = 40
 log = logging.getLogger("rewardprof.stages.rollout")
 
 
+def process_started_at() -> float:
+    """When this process started (epoch seconds), so a job's startup includes its Python
+    imports, as the wait for a shard still to start does; now where /proc cannot tell."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        # field 22 of /proc/self/stat, counted after the command name's closing parenthesis
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - max(age, 0.0)
+
+
 class ShardHeartbeat:
     def __init__(self, layout: RunLayout, shard: int, num_shards: int, interval_s: float):
         self.layout = layout
@@ -44,7 +57,7 @@ class ShardHeartbeat:
             "state": "starting",
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "started_at": time.time(),
+            "started_at": process_started_at(),
             "interval_s": interval_s,
             "window": _previous_window(self.path),
         }
