@@ -210,7 +210,7 @@ class Config(StrictModel):
     run: Name = "demo"
     """Outputs go to results/<run>/ (letters, digits, _ . -; at most 64)."""
     num_shards: PositiveInt = 2
-    """Rollout jobs; shard i owns tasks with task_index % N == i."""
+    """Rollout jobs; shard i owns the tasks `store.shards.shard_of` assigns it."""
     entries: list[Entry] = Field(min_length=1)
     """The blend: one per dataset."""
     sampling: Sampling = Field(default_factory=Sampling)

@@ -2,7 +2,7 @@
 
   - the tasks table is indexed 0..T-1 and the materialize report's [start, end) ranges cover it
   - shards/<i>-of-<N>.parquet partition the tasks exactly (each task in exactly one shard, the
-    one with task_index % N == i, with the same task_id)
+    one `store.shards.shard_of` assigns it, with the same task_id)
   - every rollout in rollouts/<i>-of-<N>.parquet belongs to shard i
   - no duplicate (task_index, rollout_index), within a shard output or across them, nor in the
     merged dataset; rollout_index within [0, num_repeats)
