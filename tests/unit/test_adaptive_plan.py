@@ -107,8 +107,9 @@ def test_failed_rollouts_are_unknown_not_zero():
     assert p.done.tolist() == [True, True, False]
     assert p.keep[:2].all() and p.planned.tolist() == [2, 4, 4]
     assert p.missing(Records(pos, idx, reward))[1].tolist() == [2, 3]  # task 2's next round
-    # task 1 with only its first round: 0 and a failure settle nothing yet
-    p = plan(EXACT, Export(), k, labels, Records(pos[:4], idx[:4], reward[:4]))
+    # task 1 with only its first round: 0 and a failure settle nothing yet (tasks 0 and 1
+    # alone: with task 2's first round unknown, the label's 0/1 flag would not be settled)
+    p = plan(EXACT, Export(), k[:2], labels[:2], Records(pos[:4], idx[:4], reward[:4]))
     assert not p.done[1] and p.planned[1] == 4
     drop = Export(on_undecided="drop")
     assert not plan(EXACT, drop, k[:1], labels[:1], Records(pos[:2], idx[:2], reward[:2])).keep[0]
@@ -122,6 +123,23 @@ def test_partial_credit_settles_once_two_values_are_seen():
     assert p.done.tolist() == [True, False] and p.keep[0] and p.stopped_early[0]
 
 
+def test_no_task_is_tested_before_its_labels_0_1_flag_is_settled():
+    # a rerun found task 0's first round journaled and task 1's not: whether the label is 0/1
+    # hangs on task 1's first round, so task 0 waits (else its test could use a flag the
+    # undisturbed run never had, and sample rollouts that run does not)
+    k, labels = np.array([8, 8]), np.array(["a", "a"], dtype=object)
+    part = Records(np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]))
+    p = plan(EXACT, Export(), k, labels, part)
+    assert p.planned.tolist() == [2, 2] and not p.done.any()
+    assert p.missing(part)[0].tolist() == [1, 1]  # task 1's first round only
+    # task 1 shows partial credit: the label is not 0/1, and both tasks are tested on that
+    whole = Records(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]), np.array([1, 1, 1, 0.5]))
+    assert plan(EXACT, Export(), k, labels, whole).done.tolist() == [False, True]
+    # a partial-credit reward settles the label before the rest of its first round is known
+    odd = Records(np.array([0, 0]), np.array([0, 1]), np.array([1.0, 0.5]))
+    assert plan(EXACT, Export(), k, labels, odd).done.tolist() == [True, False]
+
+
 def test_plan_refuses_what_it_cannot_settle():
     k, labels, none = np.array([4]), np.array(["a"], dtype=object), Records(*[np.zeros(0)] * 3)
     with pytest.raises(ValueError, match="cannot settle posterior keep rules"):
@@ -132,8 +150,9 @@ def test_plan_refuses_what_it_cannot_settle():
 
 
 def test_missing_ignores_records_past_the_plan_of_other_tasks():
-    # task 0 has records up to index 9 (a fixed-K run's); task 1 needs its first two
-    k, labels = np.array([10, 10]), np.array(["a", "a"], dtype=object)
+    # task 0 has records up to index 9 (a fixed-K run's); task 1 needs its first two (its
+    # own label: task 0's is settled by its first round alone)
+    k, labels = np.array([10, 10]), np.array(["a", "b"], dtype=object)
     rec = Records(np.zeros(10, np.int64), np.arange(10), np.array([1.0, 0.0] * 5))
     p = plan(EXACT, Export(), k, labels, rec)
     assert p.planned.tolist() == [2, 2] and p.done.tolist() == [True, False]

@@ -15,7 +15,11 @@ reward: the test treats it like a rollout still to come (K - ok rollouts are unk
 
 Whether rewards are 0/1 is a property of the label, never of one task's prefix: a label is 0/1
 when its LabelPrior says so (bayes: every first-round reward of the label was 0 or 1), else
-when every known reward of its first round (rollouts below `first`) is 0 or 1. A partial-credit
+when every reward of its first round (rollouts below `first`) is 0 or 1. That is settled once
+the first round of every task of the label is known (or one reward of it is not 0 or 1): until
+then no task of the label is tested, so a rerun that finds part of a first round journaled
+makes the decisions an undisturbed run makes. Settled, it is fixed, so each task's plan is a
+function of its own results (task_rounds.py plans task by task on it). A partial-credit
 label's tasks get the exact test even where their own first rewards are all 0. `audit`: tasks
 that always run to K (decisions/audit.py): the run's own check of what stopping early costs.
 A task at K is decided by the rules on its rollouts (undecided ones per on_undecided), the same
@@ -102,19 +106,31 @@ def _prefix_stats(records: Records, n_t: np.ndarray, pass_threshold: float):
 
 
 def label_binary(
-    records: Records, labels: np.ndarray, first: int, priors: dict | None = None
-) -> np.ndarray:
-    """Per task: its label's rewards are 0/1 (see the module doc)."""
+    records: Records,
+    labels: np.ndarray,
+    num_repeats: np.ndarray,
+    first: int,
+    priors: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: (its label's rewards are 0/1, that is settled) (see the module doc)."""
+    labels = np.asarray(labels, dtype=object)
     first_round = records.rollout_index < first
-    reward = records.reward[first_round]
+    pos, reward = records.pos[first_round], records.reward[first_round]
     odd = ~np.isnan(reward) & ~np.isin(reward, [0.0, 1.0])
-    odd_labels = set(pd.unique(labels[records.pos[first_round][odd]]).tolist())
-    out = np.ones(len(labels), dtype=bool)
+    odd_labels = set(pd.unique(labels[pos[odd]]).tolist())
+    n_first = np.minimum(first, np.asarray(num_repeats, dtype=np.int64))
+    whole = np.bincount(pos, minlength=len(labels)) >= n_first  # one record per (task, index)
+    binary = np.ones(len(labels), dtype=bool)
+    settled = np.ones(len(labels), dtype=bool)
     for label in pd.unique(labels):
+        of = labels == label
         prior = (priors or {}).get(label)
-        is_binary = prior.binary if isinstance(prior, LabelPrior) else label not in odd_labels
-        out[labels == label] = is_binary
-    return out
+        if isinstance(prior, LabelPrior):
+            binary[of] = prior.binary
+        else:
+            binary[of] = label not in odd_labels
+            settled[of] = label in odd_labels or bool(whole[of].all())
+    return binary, settled
 
 
 def plan(
@@ -126,11 +142,13 @@ def plan(
     priors: dict[str, MixturePrior | LabelPrior] | None = None,
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
+    binary_labels: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
     config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
     single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
-    stopped early."""
+    stopped early; `binary_labels`: per task, its label's settled 0/1 flag (label_binary), for
+    a plan of some tasks of a label alone (else derived from `records`)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and _uses_posterior(ex):
@@ -148,7 +166,10 @@ def plan(
     done = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     waiting = np.zeros(len(k), dtype=bool)
-    of_binary_label = label_binary(records, labels, settings.first, priors)
+    if binary_labels is None:
+        of_binary_label, label_settled = label_binary(records, labels, k, settings.first, priors)
+    else:
+        of_binary_label, label_settled = np.asarray(binary_labels, bool), np.ones(len(k), bool)
     audited = np.zeros(len(k), bool) if audit is None else np.asarray(audit, dtype=bool)
     while True:
         open_ = ~done & ~waiting
@@ -156,8 +177,9 @@ def plan(
             break
         complete, n_ok, passes, distinct, binary = _prefix_stats(records, n_t, pass_threshold)
         binary &= of_binary_label
-        waiting |= open_ & ~complete
-        test = open_ & complete
+        ready = complete & label_settled
+        waiting |= open_ & ~ready
+        test = open_ & ready
         at_k = n_t >= k
         state = (n_ok, passes, distinct, binary)
         settled, kept = _settled(settings, ex, k, labels, priors, *state, test & ~at_k)
