@@ -46,9 +46,8 @@ class TaskRounds:
         self._audit = np.zeros(size, bool) if audit is None else np.asarray(audit, dtype=bool)
         self._n_first = np.minimum(settings.first, self._k)
         self._known: list[dict[int, float]] = [{} for _ in range(size)]
-        for p, r, v in zip(
-            records.pos.tolist(), records.rollout_index.tolist(), records.reward.tolist()
-        ):
+        columns = (records.pos, records.rollout_index, records.reward)
+        for p, r, v in zip(*(c.tolist() for c in columns), strict=True):
             self._known[p][r] = v
         self._binary, self._settled = label_binary(
             records, self._labels, self._k, settings.first, priors
