@@ -35,6 +35,7 @@ from rewardprof.engine.session import Endpoint  # noqa: E402
 from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
+from rewardprof.stages.rollout.work import FixedWork  # noqa: E402
 
 K = 8
 HERE = Path(__file__).resolve().parent
@@ -79,13 +80,14 @@ def run_pipeline(
         }
     )
     shutil.rmtree(work, ignore_errors=True)
-    run = ShardRun(cfg, Endpoint(base_url, "fake-model"), tasks, work / "journal", "s0of1")
+    run = ShardRun(cfg, "fake-model", tasks, work / "journal", "s0of1")
     missing, _ = run.missing()
     todo = sum(len(m) for m in missing)
     progress = Progress(todo, "bench", 1e9, stream=io.StringIO())
     me = psutil.Process()
     cpu0, t0 = me.cpu_times(), time.monotonic()
-    asyncio.run(run.generate(missing, progress))
+    work_ = FixedWork(missing, cfg.engine.max_n)
+    asyncio.run(run.generate(Endpoint(base_url, "fake-model"), work_, progress))
     wall = time.monotonic() - t0
     cpu1 = me.cpu_times()
     shutil.rmtree(work, ignore_errors=True)

@@ -39,6 +39,7 @@ from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
 from rewardprof.stages.rollout.seeds import task_seed  # noqa: E402
+from rewardprof.stages.rollout.work import FixedWork  # noqa: E402
 
 K = 8
 
@@ -105,11 +106,12 @@ def run_pipeline(cfg, endpoint, tasks, work: Path) -> tuple[float, float]:
     last response received, over the pipeline's wall time (what the client adds on top of the
     engine's own time, robust to the engine's speed drifting between runs)."""
     shutil.rmtree(work, ignore_errors=True)
-    run = ShardRun(cfg, endpoint, tasks, work / "journal", "s0of1")
+    run = ShardRun(cfg, endpoint.model, tasks, work / "journal", "s0of1")
     missing, _ = run.missing()
     todo = sum(len(m) for m in missing)
     t0 = time.monotonic()
-    asyncio.run(run.generate(missing, Progress(todo, "bench", 1e9, stream=io.StringIO())))
+    progress = Progress(todo, "bench", 1e9, stream=io.StringIO())
+    asyncio.run(run.generate(endpoint, FixedWork(missing, cfg.engine.max_n), progress))
     wall = time.monotonic() - t0
     import pyarrow.parquet as pq
 

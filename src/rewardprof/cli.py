@@ -164,17 +164,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def cmd_first_round(args: argparse.Namespace) -> int:
     from rewardprof.engine.session import engine_session  # lazy: only rollout jobs need it
-    from rewardprof.stages.rollout.runner import run_shard  # lazy: as cmd_rollout
+    from rewardprof.stages.rollout import shard_job  # lazy: as cmd_rollout
 
     cfg, paths = _config(args), _stage_paths(args)
-    summary = run_shard(
+    engine = functools.partial(engine_session, cfg, paths.engine_log)  # opened only if needed
+    summary = shard_job.run_first_round(
         cfg,
-        functools.partial(engine_session, cfg, paths.engine_log),  # opened only if needed
+        shard_job.EngineOpener(cfg.model_name, engine),
         paths.need("tasks"),
         paths.need("journal"),
         paths.need("out"),
         shard_tag(paths.need("shard"), paths.need("num_shards")),
-        first_round=cfg.adaptive.min_rollouts,
     )
     logging.info("first round: %s", json.dumps(summary))
     return 0

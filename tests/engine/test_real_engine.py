@@ -30,8 +30,8 @@ from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.rollout.runner import run_shard
 from rewardprof.stages.rollout.seeds import task_seed
+from rewardprof.stages.rollout.shard_job import EngineOpener, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -109,7 +109,7 @@ def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
     }
     run_shard(
         validate_config(data),
-        vllm.endpoint,
+        EngineOpener.running(vllm.endpoint),
         shard,
         out.parent / f"{out.stem}-journal",
         out,

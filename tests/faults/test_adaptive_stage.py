@@ -20,7 +20,7 @@ from harness import shardkit as kit
 from rewardprof.decisions.adaptive import keep_at
 from rewardprof.stages import StagePaths, shard
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, read_plans, write_priors
-from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.shard_job import run_first_round, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 K, TASKS = 8, 30
@@ -62,10 +62,9 @@ def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tup
             shard.run(cfg, StagePaths(tasks=tasks, out=parts[i], shard=i, num_shards=num_shards))
         if mode == "bayes":
             for i, part in enumerate(parts):
-                first = cfg.adaptive.min_rollouts
                 done = tmp / f"first{i}.json"
                 tag = f"{i}-of-{num_shards}"
-                run_shard(cfg, kit.endpoint(cfg), part, journal, done, tag, first_round=first)
+                run_first_round(cfg, kit.engine(cfg), part, journal, done, tag)
             prior = tmp / "prior.json"
             write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
             priors = load_priors(prior)
@@ -73,7 +72,7 @@ def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tup
         for i, part in enumerate(parts):
             out = tmp / f"out{i}.parquet"
             tag = f"{i}-of-{num_shards}"
-            run_shard(cfg, kit.endpoint(cfg), part, journal, out, tag, priors)
+            run_shard(cfg, kit.engine(cfg), part, journal, out, tag, priors)
             outs.append(out)
         return outs, sum(b.get("n", 1) for b in server.requests)
 

@@ -26,6 +26,7 @@ from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
 from rewardprof.stages.rollout.seeds import gen_key, task_seed
+from rewardprof.stages.rollout.shard_job import EngineOpener
 
 MODEL = "fake-model"
 _Q = re.compile(r"What is (\d+) \+ (\d+)\?")
@@ -104,6 +105,11 @@ def make_tasks(workdir: Path, cfg: Config, num_tasks: int) -> Path:
 def endpoint(cfg: Config, api_key: str | None = None) -> Endpoint:
     assert cfg.engine.base_url is not None
     return Endpoint(cfg.engine.base_url, cfg.model_name, api_key, identity="endpoint:fake")
+
+
+def engine(cfg: Config, api_key: str | None = None) -> EngineOpener:
+    """run_shard's engine: the fake server's endpoint, already running."""
+    return EngineOpener.running(endpoint(cfg, api_key))
 
 
 def rollout_command(cfg: Config, tasks: Path, journal: Path, out: Path) -> list[str]:

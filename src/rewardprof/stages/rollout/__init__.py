@@ -23,7 +23,10 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     missing: a shard with everything journaled finishes in seconds without an engine.
     Adaptive bayes: the labels' priors from paths.prior."""
     from rewardprof.stages.rollout.adaptive_rounds import load_priors  # lazy: as run_shard
-    from rewardprof.stages.rollout.runner import run_shard  # lazy: merge imports only the journal
+    from rewardprof.stages.rollout.shard_job import (  # lazy: merge imports only the journal
+        EngineOpener,
+        run_shard,
+    )
 
     tag = shard_tag(paths.need("shard"), paths.need("num_shards"))
     tasks, journal, out = paths.need("tasks"), paths.need("journal"), paths.need("out")
@@ -36,7 +39,9 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         beat.beat_while_starting()  # serve mode: the engine takes minutes to load
     try:
         # the engine is opened only if the journal lacks some rollout (run_shard)
-        engine = functools.partial(engine_session, cfg, paths.engine_log)
+        engine = EngineOpener(
+            cfg.model_name, functools.partial(engine_session, cfg, paths.engine_log)
+        )
         summary = run_shard(cfg, engine, tasks, journal, out, tag, priors, heartbeat=beat)
     except JournalLocked:
         if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick

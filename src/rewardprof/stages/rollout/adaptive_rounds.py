@@ -1,11 +1,14 @@
 """Adaptive sampling in the rollout stage: rounds planned by decisions/adaptive_plan.py.
 
-A shard's job plans from its journal, samples what the plan is missing, and plans again, until
-every task's decision is settled or it has num_repeats rollouts. The plan is a function of the
-rewards alone (never of arrival order, shard split or concurrency), so a killed job's rerun,
-which replans from the journal, samples the same (task, rollout) pairs. Failures: a rollout
-that failed in this job is known (the plan treats it as unknown reward, it is not retried in a
-loop); one that failed in an earlier attempt is retried, as in a fixed-K run.
+A shard's job plans from its journal, samples what the plan is missing, and plans each task
+again as soon as its own rollouts returned (decisions/task_rounds.py: no barrier between the
+shard's tasks), until every task's decision is settled or it has num_repeats rollouts. The plan
+is a function of the rewards alone (never of arrival order, shard split or concurrency), so a
+killed job's rerun, which replans from the journal, samples the same (task, rollout) pairs, and
+at the end the round-synchronous plan on the journal must be the rounds' plan (checked_plan).
+Failures: a rollout that failed in this job is known (the plan treats it as unknown reward, it
+is not retried in a loop); one that failed in an earlier attempt is retried, as in a fixed-K
+run.
 
 The plan is recorded in the shard output's Parquet metadata (PLAN_KEY: task_index, planned,
 stopped_early, keep per task), so merge, check and profile know how many rollouts a task
@@ -14,7 +17,6 @@ stopped at without the config.
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -29,9 +31,9 @@ from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, 
 from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
+from rewardprof.decisions.task_rounds import TaskRounds
 from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
-from rewardprof.stages.rollout.shard_tasks import missing_indices
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import scan_journal
 
@@ -143,17 +145,12 @@ def load_priors(path: Path | None) -> dict[str, LabelPrior | MixturePrior] | Non
     return {label: MixturePrior.from_dict(d) for label, d in data["labels"].items()}
 
 
-def shard_plan(
-    cfg: Config,
-    settings: AdaptiveSettings,
-    tasks: pd.DataFrame,
-    journal_dir: Path,
-    gen_key: str,
-    failed_here: set[tuple[int, int]],
-    priors: dict[str, MixturePrior] | None = None,
-) -> tuple[Plan, Records]:
-    """The plan of the shard's tasks from the journal; `failed_here`: (task_index,
-    rollout_index) that failed in this job (known); other failures are left to retry."""
+def journal_records(
+    tasks: pd.DataFrame, journal_dir: Path, gen_key: str, failed_here: set[tuple[int, int]]
+) -> Records:
+    """The known results of the shard's tasks in the journal: its ok rollouts and those that
+    failed in this job (`failed_here`: (task_index, rollout_index)); other failures are left
+    to retry."""
     w = _winners(tasks, journal_dir, gen_key)
     ok = (w["status"] == OK).to_numpy()
     ti = w["task_index"].to_numpy(np.int64)
@@ -163,66 +160,61 @@ def shard_plan(
     known = ok | here
     pos = pd.Index(tasks["task_index"]).get_indexer(ti[known])
     reward = np.where(ok[known], w["reward"].to_numpy(dtype=float, na_value=np.nan)[known], np.nan)
-    records = Records(pos.astype(np.int64), ri[known], reward)
-    result = plan(
-        settings,
-        cfg.export,
-        tasks["num_repeats"].to_numpy(np.int64),
-        tasks["label"].to_numpy(dtype=object),
-        records,
-        priors,
-        cfg.profile.pass_threshold,
-        audit_of(
-            tasks["task_id"].to_numpy(dtype=object), tasks["label"].to_numpy(dtype=object), priors
-        ),
-    )
-    return result, records
+    return Records(pos.astype(np.int64), ri[known], reward)
 
 
-def generate_rounds(
-    run, settings: AdaptiveSettings, generate, priors: dict[str, MixturePrior] | None = None
-) -> tuple[Plan, int]:
-    """Plan, sample what is missing (`generate(per-task index lists)` returns how many it
-    sent), replan, until nothing is missing; (the final plan, rollouts sent). `run` is the
-    shard's ShardRun; each round writes under its own journal writer id (a writer's segment
-    numbers restart at 0, so reusing one would overwrite its first segment)."""
-    base, sent, previous = run.writer_id, 0, None
-    for round_no in itertools.count():
-        plan_, records = shard_plan(
-            run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here, priors
-        )
-        todo = missing_lists(plan_, records)
-        if not any(todo):
-            return plan_, sent
-        if todo == previous:  # what was sampled did not reach the journal: never loop on it
-            raise RuntimeError(f"{base}: round {round_no} asks again for the same rollouts")
-        run.writer_id, previous = f"{base}-r{round_no}", todo
-        sent += generate(todo)
-    raise AssertionError("unreachable")
-
-
-def first_round_only(run, first: int, generate, out: Path) -> dict:
-    """bayes' first step in a shard: every task's rollouts below `first` (at most K), then a
-    summary at `out` saying the shard's first round is journaled."""
-    k = run.tasks["num_repeats"].to_numpy(np.int64)
-    first_tasks = run.tasks.assign(num_repeats=np.minimum(first, k))
-    w = _winners(first_tasks, run.journal_dir, run.gen_key)
-    ok = w[w["status"] == OK]
-    missing = missing_indices(first_tasks, ok)
-    sent = generate(missing)
-    w = _winners(first_tasks, run.journal_dir, run.gen_key)
-    summary = {
-        "shard": run.shard_tag,
-        "tasks": len(run.tasks),
-        "first_round": first,
-        "generated": sent,
-        "present": len(w),
-        "ok": int((w["status"] == OK).sum()),
+def _plan_inputs(cfg: Config, tasks: pd.DataFrame, priors) -> dict:
+    labels = tasks["label"].to_numpy(dtype=object)
+    return {
+        "num_repeats": tasks["num_repeats"].to_numpy(np.int64),
+        "labels": labels,
+        "priors": priors,
+        "pass_threshold": cfg.profile.pass_threshold,
+        "audit": audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors),
     }
-    if summary["present"] != int(first_tasks["num_repeats"].sum()):
-        raise RuntimeError(f"{summary['shard']}: first round incomplete: {summary}")
-    write_json_atomic(out, summary)
-    return summary
+
+
+def shard_plan(
+    cfg: Config,
+    settings: AdaptiveSettings,
+    tasks: pd.DataFrame,
+    journal_dir: Path,
+    gen_key: str,
+    failed_here: set[tuple[int, int]],
+    priors: dict[str, MixturePrior] | None = None,
+) -> tuple[Plan, Records]:
+    """The round-synchronous plan of the shard's tasks on the journal (journal_records)."""
+    records = journal_records(tasks, journal_dir, gen_key, failed_here)
+    return plan(settings, cfg.export, records=records, **_plan_inputs(cfg, tasks, priors)), records
+
+
+def shard_rounds(
+    cfg: Config,
+    settings: AdaptiveSettings,
+    tasks: pd.DataFrame,
+    journal_dir: Path,
+    gen_key: str,
+    priors: dict[str, MixturePrior] | None = None,
+) -> TaskRounds:
+    """The shard's tasks' rounds, planned task by task, from what the journal holds."""
+    records = journal_records(tasks, journal_dir, gen_key, set())
+    return TaskRounds(settings, cfg.export, records=records, **_plan_inputs(cfg, tasks, priors))
+
+
+def checked_plan(run, settings: AdaptiveSettings, rounds: TaskRounds, priors=None) -> Plan:
+    """The round-synchronous plan on the journal once the rounds are finished (`run`: the
+    shard's ShardRun): it asks for nothing more and is the rounds' plan, task by task; what
+    the output's metadata records."""
+    plan_, records = shard_plan(
+        run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here, priors
+    )
+    if any(missing_lists(plan_, records)):  # what was sampled did not reach the journal
+        raise RuntimeError(f"{run.shard_tag}: planned rollouts missing from the journal")
+    mine = rounds.result()
+    for field in ("planned", "done", "keep"):
+        if not np.array_equal(getattr(plan_, field), getattr(mine, field)):
+            raise RuntimeError(f"{run.shard_tag}: the rounds' {field} differ from the plan's")
+    return plan_
 
 
 def missing_lists(plan_: Plan, records: Records) -> list[list[int]]:

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,19 +35,20 @@ class ShardIncomplete(RewardprofError, RuntimeError):
 def write_output(
     cfg: Config,
     tasks: pd.DataFrame,
+    wanted: np.ndarray,
     journal_dir: Path,
     gen_key: str,
     shard_tag: str,
     out_path: Path,
     metadata: dict[bytes, bytes] | None = None,
 ) -> dict[str, Any]:
-    """Resolve the journal for `tasks` (task_index, task_id, num_repeats: the rollouts each
-    task needs, fewer under adaptive sampling) and write the winners' full records to
-    `out_path`, with `metadata` in its schema; return the shard summary."""
+    """Resolve the journal for `tasks` (task_index, task_id), rollouts 0..wanted-1 of each
+    (num_repeats; under adaptive sampling the planned ones), and write the winners' full
+    records to `out_path`, with `metadata` in its schema; return the shard summary."""
     scan = scan_journal(journal_dir)
-    tasks = tasks[["task_index", "task_id", "num_repeats"]]
-    col = resolve(scan, tasks, gen_key)
-    expected = int(tasks["num_repeats"].sum())
+    # the resolver's num_repeats: how many rollouts of each task count
+    col = resolve(scan, tasks[["task_index", "task_id"]].assign(num_repeats=wanted), gen_key)
+    expected = int(np.sum(wanted))
     by_status = col.winners["status"].value_counts().to_dict()
     failed = sum(v for k, v in by_status.items() if k != OK)
     summary = {

@@ -134,6 +134,14 @@ class Progress:
                 tok_s=f"{self.tokens / elapsed:.0f}", failed=self.failed, refresh=False
             )
 
+    def grow_to(self, total: int) -> None:
+        """The rollouts asked for so far (adaptive rounds ask for more as results return)."""
+        if total > self.total:
+            self.total = total
+            if self._bar is not None:
+                self._bar.total = total
+                self._bar.refresh()
+
     async def ticking(self) -> None:
         """Every interval: the log line, the heartbeat and the run's line (cancel to stop)."""
         while True:

@@ -1,15 +1,14 @@
-"""rollout: generate and verify the missing rollouts of one shard, then write its output.
+"""rollout: generate and verify the rollouts a shard's work asks for (work.py).
 
 A fixed pool of `concurrency` workers pulls request units from a bounded queue (never one
 coroutine per rollout), so memory stays flat however large the shard. Every finished rollout
-goes to the journal before anything else happens to it; the declared output is written
-atomically once every (task_index, rollout_index) is ok or failed for good.
+goes to the journal before anything else happens to it (shard_job.py writes the output from
+the journal once every (task_index, rollout_index) is ok or failed for good).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -18,7 +17,6 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,34 +33,23 @@ from rewardprof.engine.http_retry import client_session
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, VerifyContext, make_environment
-from rewardprof.stages.rollout.adaptive_rounds import (
-    first_round_only,
-    generate_rounds,
-    plan_metadata,
-    settings_of,
-)
-from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
-from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
-from rewardprof.stages.rollout.progress import Progress, log_done, log_start
+from rewardprof.stages.rollout.progress import Progress
 from rewardprof.stages.rollout.seeds import (
     gen_key,
     legacy_gen_key,
     task_seed,
     wants_token_ids,
 )
-from rewardprof.stages.rollout.shard_tasks import (
-    Unit,
-    load_tasks,
-    missing_indices,
-    read_text,
-    request_units,
-)
+from rewardprof.stages.rollout.shard_tasks import Unit, missing_indices, read_text
 from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
+from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
-from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.record import journal_record
 
 log = logging.getLogger("rewardprof.stages.rollout")
+
+Work = FixedWork | RoundsWork
 
 
 _WRITER_SEQ = itertools.count()
@@ -72,16 +59,18 @@ class ShardRun:
     def __init__(
         self,
         cfg: Config,
-        endpoint: Endpoint,
+        model: str,
         tasks: pd.DataFrame,
         journal_dir: Path,
         shard_tag: str,
         tasks_path: Path | None = None,
     ):
-        """`tasks` needs task_index, task_id, label, environment, num_repeats, and either the
-        messages and row columns or `tasks_path` to read them from, for the tasks that still
-        need rollouts only (a resuming shard does not read the text of finished tasks)."""
-        self.cfg, self.endpoint, self.tasks = cfg, endpoint, tasks
+        """`model`: what the requests name (gen_key, known before any engine starts); `tasks`
+        needs task_index, task_id, label, environment, num_repeats, and either the messages
+        and row columns or `tasks_path` to read them from, for the tasks that still need
+        rollouts only (a resuming shard does not read the text of finished tasks)."""
+        self.cfg, self.model, self.tasks = cfg, model, tasks
+        self.endpoint: Endpoint | None = None  # the engine, while `generate` runs
         self.tasks_path = tasks_path
         # plain lists for the hot path (DataFrame.iloc costs ~100 us per call)
         self._task_index = tasks["task_index"].tolist()
@@ -89,7 +78,7 @@ class ShardRun:
         self._label = tasks["label"].tolist()
         self._text: dict[int, tuple[str, str]] = {}
         self.journal_dir, self.shard_tag = journal_dir, shard_tag
-        self.gen_key = gen_key(cfg, endpoint.model)
+        self.gen_key = gen_key(cfg, model)
         self._token_ids = wants_token_ids(cfg)
         # unique per writer, also for two runs of one shard in one process within a second
         self.writer_id = (
@@ -121,9 +110,7 @@ class ShardRun:
             "stale": col.stale,
             "rekeyed": col.rekeyed,
             "torn_lines": scan.torn_lines,
-            "stale_seed_scheme_1": col.stale_keys.get(
-                legacy_gen_key(self.cfg, self.endpoint.model), 0
-            ),
+            "stale_seed_scheme_1": col.stale_keys.get(legacy_gen_key(self.cfg, self.model), 0),
         }
         return missing, info
 
@@ -150,6 +137,7 @@ class ShardRun:
         ctx: VerifyContext,
         writer: JournalWriter,
         progress: Progress,
+        work: Work,
     ) -> None:
         task_id, label = self._task_id[unit.pos], self._label[unit.pos]
         messages, row_json = self._text[unit.pos]
@@ -209,7 +197,8 @@ class ShardRun:
                 kinds[rec["status"]] += 1
                 self.failed_here.add((base["task_index"], r))
             self.counts[rec["status"]] += 1
-            writer.append(rec)
+            writer.append(rec)  # journaled before the plan hears of it
+            work.returned(unit.pos, r, rec["status"], rec.get("reward"))
         progress.update(len(unit.indices), failed, tokens, kinds, result.detail)
 
     def load_text(self, positions: list[int]) -> None:
@@ -235,12 +224,16 @@ class ShardRun:
         cuts = np.flatnonzero(np.diff(group)) + 1
         return [part.tolist() for part in np.split(np.asarray(positions, dtype=np.int64), cuts)]
 
-    async def generate(self, missing: list[list[int]], progress: Progress) -> None:
-        r = self.cfg.rollout
+    async def generate(self, endpoint: Endpoint, work: Work, progress: Progress) -> None:
+        """Sample what `work` asks for from `endpoint` until it is finished: its requests go
+        to a fixed pool of workers through a bounded queue; each result goes to the journal,
+        then to `work`, which may ask for more (adaptive rounds) while others are still out."""
+        self.endpoint, r = endpoint, self.cfg.rollout
         # text is read one row group at a time as the queue reaches it: the first request of a
         # resumed shard does not wait for the text of every task still missing rollouts
-        batches = iter(self._text_batches([pos for pos, m in enumerate(missing) if m]))
+        batches = iter(self._text_batches(work.positions()))
         queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
+        returned = asyncio.Event()  # a request finished: `work` may ask for more
         writer = JournalWriter(
             self.journal_dir, self.writer_id, r.segment_interval_s, r.segment_max_records
         )
@@ -269,13 +262,23 @@ class ShardRun:
 
                 async def worker() -> None:
                     while (unit := await queue.get()) is not None:
-                        await self._do_unit(unit, client, ctx, writer, progress)
+                        await self._do_unit(unit, client, ctx, writer, progress, work)
+                        returned.set()
 
                 async def feed() -> None:
-                    for unit in request_units(missing, self.cfg.engine.max_n):
-                        while unit.pos not in self._text:
-                            await asyncio.to_thread(self.load_text, next(batches))
-                        await queue.put(unit)
+                    asked = 0
+                    while True:
+                        units = work.take()
+                        asked += sum(len(u.indices) for u in units)
+                        progress.grow_to(asked)
+                        for unit in units:
+                            await self._read_text_for(unit.pos, batches)
+                            await queue.put(unit)
+                        if work.finished:
+                            break
+                        if not units:
+                            await returned.wait()  # set by a worker since the last take
+                            returned.clear()
                     for _ in workers:
                         await queue.put(None)
                     await asyncio.gather(*workers)
@@ -301,6 +304,12 @@ class ShardRun:
             pool.stop()
             pool.join(timeout=10)
 
+    async def _read_text_for(self, pos: int, batches) -> None:
+        """The text of the task at `pos`, read with its row group's batch when it is due."""
+        while pos not in self._text:
+            batch = next(batches, None)
+            await asyncio.to_thread(self.load_text, [pos] if batch is None else batch)
+
     def _warm_pool(self, pool, workers: int) -> None:
         """Import each environment's verifier library in the workers now, in the background,
         while the first requests are in flight: otherwise the first verifications pay it
@@ -314,69 +323,7 @@ class ShardRun:
                 pool.schedule(warm_worker, args=(name, options))
 
 
-def run_shard(
-    cfg: Config,
-    endpoint: Endpoint | Callable[[], contextlib.AbstractContextManager[Endpoint]],
-    shard_tasks: str | Path,
-    journal_dir: str | Path,
-    out_path: str | Path,
-    shard_tag: str,
-    priors: dict | None = None,
-    first_round: int | None = None,
-    heartbeat: ShardHeartbeat | None = None,
-) -> dict[str, Any]:
-    """Collect every missing rollout of the shard's tasks, then write the shard output.
-    `endpoint`: an Endpoint or what opens one (engine_session), opened at the first rollout to
-    generate (nothing to generate: no engine). `priors`: adaptive bayes' rounds; `first_round`:
-    collect only rollouts below it, then write a JSON summary to `out_path` instead (bayes'
-    first step). `heartbeat`, if any, is kept up to date for `rewardprof status`."""
-    journal = Path(journal_dir)
-    if isinstance(endpoint, Endpoint):
-        planned, open_engine = endpoint, lambda: contextlib.nullcontext(endpoint)
-    else:  # what gen_key needs is known before any engine: the model name of the requests
-        planned, open_engine = Endpoint("", cfg.model_name, identity="not started"), endpoint
-    with ShardLock(journal, shard_tag), contextlib.ExitStack() as engine:
-        remove_stale_tmp(journal, shard_tag, Path(out_path))
-        tasks = load_tasks(Path(shard_tasks))
-        run = ShardRun(cfg, planned, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
-        missing, info = run.missing()
-        log_start(shard_tag, len(run.tasks), sum(len(m) for m in missing), info)
-        if heartbeat is not None:
-            expected = int(run.tasks["num_repeats"].sum())
-            heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
-
-        def generate(todo_lists: list[list[int]]) -> int:
-            todo = sum(len(m) for m in todo_lists)
-            if todo:
-                if run.endpoint is planned:  # the first rollout to generate: open the engine
-                    run.endpoint = engine.enter_context(open_engine())
-                interval = cfg.rollout.progress_interval_s
-                progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
-                try:
-                    asyncio.run(_with_sigterm(run.generate(todo_lists, progress)))
-                finally:
-                    progress.close()
-            return todo
-
-        if first_round is not None:
-            return first_round_only(run, first_round, generate, Path(out_path))
-        settings, out_tasks, metadata = settings_of(cfg), run.tasks, None
-        if settings is None:
-            todo = generate(missing)
-        else:  # rounds: the output holds each task's planned rollouts (adaptive_rounds.py)
-            plan_, todo = generate_rounds(run, settings, generate, priors)
-            out_tasks = run.tasks.assign(num_repeats=plan_.planned)
-            metadata = plan_metadata(run.tasks, plan_)
-        engine.close()  # the engine is done before the output is written
-        summary = write_output(
-            run.cfg, out_tasks, journal, run.gen_key, shard_tag, Path(out_path), metadata
-        )
-        summary.update(generated=todo, **info)
-        log_done(shard_tag, summary)
-        return summary
-
-
-async def _with_sigterm(coro) -> None:
+async def with_sigterm(coro) -> None:
     """SIGTERM (scancel, Snakemake stopping) cancels the work so the journal is closed."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)

@@ -37,9 +37,12 @@ def read_text(path: Path, positions: list[int]) -> dict[int, tuple[str, str]]:
     return out
 
 
-def missing_indices(tasks: pd.DataFrame, ok: pd.DataFrame) -> list[list[int]]:
-    """Per task (in table order), the rollout indices < num_repeats without an ok record."""
-    repeats = tasks["num_repeats"].to_numpy(np.int64)
+def missing_indices(
+    tasks: pd.DataFrame, ok: pd.DataFrame, wanted: np.ndarray | None = None
+) -> list[list[int]]:
+    """Per task (in table order), the rollout indices < wanted (default: num_repeats) without
+    an ok record."""
+    repeats = tasks["num_repeats"].to_numpy(np.int64) if wanted is None else wanted
     if not len(repeats):
         return []
     width = int(repeats.max())

@@ -1,0 +1,172 @@
+"""A shard's rollout job: hold the shard's lock, read what the journal has, sample what the
+shard's work asks for (the engine opened at the first rollout to generate, closed before the
+output is written), then write the shard's output.
+
+- run_shard: every rollout of the shard's tasks (fixed K), or adaptive rounds planned task by
+  task (work.RoundsWork), recorded in the output's metadata;
+- run_first_round: adaptive bayes' first step, every task's rollouts below
+  adaptive.min_rollouts, and a summary saying the shard's first round is journaled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rewardprof.core.atomic import write_json_atomic
+from rewardprof.core.config import Config
+from rewardprof.core.kinds import OK
+from rewardprof.engine.session import Endpoint
+from rewardprof.stages.rollout.adaptive_rounds import (
+    checked_plan,
+    plan_metadata,
+    settings_of,
+    shard_rounds,
+)
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
+from rewardprof.stages.rollout.progress import Progress, log_done, log_start
+from rewardprof.stages.rollout.runner import ShardRun, Work, with_sigterm
+from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices
+from rewardprof.stages.rollout.work import FixedWork, RoundsWork
+from rewardprof.store.collected import resolve
+from rewardprof.store.journal import ShardLock, scan_journal
+
+
+@dataclass(frozen=True)
+class EngineOpener:
+    """The engine of a shard's job: `model`, the name its requests carry (gen_key needs it
+    before any engine starts), and `open`, what starts or connects to the engine, called at
+    the first rollout to generate (a shard with everything journaled never starts one)."""
+
+    model: str
+    open: Callable[[], AbstractContextManager[Endpoint]]
+
+    @classmethod
+    def running(cls, endpoint: Endpoint) -> EngineOpener:
+        """An endpoint that is already there."""
+        return cls(endpoint.model, lambda: contextlib.nullcontext(endpoint))
+
+
+def run_shard(
+    cfg: Config,
+    engine: EngineOpener,
+    shard_tasks: str | Path,
+    journal_dir: str | Path,
+    out_path: str | Path,
+    shard_tag: str,
+    priors: dict | None = None,
+    heartbeat: ShardHeartbeat | None = None,
+) -> dict[str, Any]:
+    """Collect every rollout the shard's tasks need, then write the shard output (fixed K:
+    num_repeats each; adaptive: each task's planned rollouts, the plan in the metadata).
+    `priors`: adaptive bayes' labels' priors; `heartbeat`, if any, is kept up to date for
+    `rewardprof status`."""
+    with _open_shard(cfg, engine, shard_tasks, journal_dir, out_path, shard_tag) as run:
+        missing, info = run.missing()
+        settings = settings_of(cfg)
+        work: Work = FixedWork(missing, cfg.engine.max_n)
+        if settings is not None:  # adaptive_rounds.py
+            rounds = shard_rounds(cfg, settings, run.tasks, run.journal_dir, run.gen_key, priors)
+            work = RoundsWork(rounds, cfg.engine.max_n)
+        log_start(shard_tag, len(run.tasks), work.pending, info)
+        if heartbeat is not None:
+            expected = int(run.tasks["num_repeats"].sum())
+            heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
+        generated = _sample(run, engine, work, heartbeat)
+        wanted, metadata = run.tasks["num_repeats"].to_numpy(np.int64), None
+        if isinstance(work, RoundsWork):
+            plan_ = checked_plan(run, settings, work.rounds, priors)
+            wanted, metadata = plan_.planned, plan_metadata(run.tasks, plan_)
+        summary = write_output(
+            cfg,
+            run.tasks,
+            wanted,
+            run.journal_dir,
+            run.gen_key,
+            shard_tag,
+            Path(out_path),
+            metadata,
+        )
+        summary.update(generated=generated, **info)
+        log_done(shard_tag, summary)
+        return summary
+
+
+def run_first_round(
+    cfg: Config,
+    engine: EngineOpener,
+    shard_tasks: str | Path,
+    journal_dir: str | Path,
+    out_path: str | Path,
+    shard_tag: str,
+) -> dict[str, Any]:
+    """bayes' first step in a shard: every task's rollouts below adaptive.min_rollouts (at
+    most K), then a summary at `out_path` saying the shard's first round is journaled."""
+    first = cfg.adaptive.min_rollouts
+    with _open_shard(cfg, engine, shard_tasks, journal_dir, out_path, shard_tag) as run:
+        wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
+        winners = _first_round_winners(run, wanted)
+        missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
+        sent = _sample(run, engine, FixedWork(missing, cfg.engine.max_n), None)
+        winners = _first_round_winners(run, wanted)
+        summary = {
+            "shard": shard_tag,
+            "tasks": len(run.tasks),
+            "first_round": first,
+            "generated": sent,
+            "present": len(winners),
+            "ok": int((winners["status"] == OK).sum()),
+        }
+        if summary["present"] != int(wanted.sum()):
+            raise RuntimeError(f"{shard_tag}: first round incomplete: {summary}")
+        write_json_atomic(Path(out_path), summary)
+        return summary
+
+
+def _first_round_winners(run: ShardRun, wanted: np.ndarray):
+    # the resolver's num_repeats: how many rollouts of each task count
+    tasks = run.tasks[["task_index", "task_id"]].assign(num_repeats=wanted)
+    return resolve(scan_journal(run.journal_dir), tasks, run.gen_key).winners
+
+
+@contextlib.contextmanager
+def _open_shard(
+    cfg: Config,
+    engine: EngineOpener,
+    shard_tasks: str | Path,
+    journal_dir: str | Path,
+    out_path: str | Path,
+    shard_tag: str,
+) -> Iterator[ShardRun]:
+    """The shard's run, its lock held (one job per shard) and a killed attempt's temp files
+    gone."""
+    journal = Path(journal_dir)
+    with ShardLock(journal, shard_tag):
+        remove_stale_tmp(journal, shard_tag, Path(out_path))
+        tasks = load_tasks(Path(shard_tasks))
+        yield ShardRun(cfg, engine.model, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
+
+
+def _sample(
+    run: ShardRun, engine: EngineOpener, work: Work, heartbeat: ShardHeartbeat | None
+) -> int:
+    """Everything `work` asks for, the engine open meanwhile (nothing asked at the start:
+    no engine); the number of rollouts asked for."""
+    if not work.pending:
+        return 0
+    interval = run.cfg.rollout.progress_interval_s
+    with engine.open() as endpoint:
+        progress = Progress(work.pending, run.shard_tag, interval, heartbeat=heartbeat)
+        try:
+            asyncio.run(with_sigterm(run.generate(endpoint, work, progress)))
+        finally:
+            progress.close()
+    return progress.total
