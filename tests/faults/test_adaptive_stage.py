@@ -1,6 +1,8 @@
 """Adaptive sampling in the rollout stage, against a scripted endpoint whose outcome per rollout
 is a fixed function of (prompt, seed): the same decisions as fixed K with fewer requests, and
-the same (task, rollout) pairs whatever the shard split, and after a SIGKILL and a rerun."""
+the same (task, rollout) pairs whatever the shard split, and after a SIGKILL and a rerun. Each
+task's rounds are planned as soon as its own last round returned: the pairs and decisions of
+the round-synchronous planner on the same rewards, and no task waits for another's round."""
 
 from __future__ import annotations
 
@@ -14,12 +16,22 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from harness import shardkit as kit
+from harness.rounds import round_synchronous
 
 from rewardprof.decisions.adaptive import keep_at
+from rewardprof.decisions.audit import audit_of
 from rewardprof.stages import StagePaths, shard
-from rewardprof.stages.rollout.adaptive_rounds import load_priors, read_plans, write_priors
+from rewardprof.stages.rollout.adaptive_rounds import (
+    load_priors,
+    read_plans,
+    settings_of,
+    write_priors,
+)
 from rewardprof.stages.rollout.shard_job import run_first_round, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -50,11 +62,15 @@ def _pairs(paths: list[Path]) -> set[tuple[int, int]]:
     return out
 
 
-def _run(tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS) -> tuple[list[Path], int]:
+def _run(
+    tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS, rollout: dict | None = None
+) -> tuple[list[Path], int]:
     """One run in `tmp` with its own journal, the workflow's steps in order: (shard outputs,
     rollouts requested). bayes: every shard's first round, the priors over all, the rounds."""
     with FakeOpenAI(answer) as server:
         cfg = _cfg(server.base_url, mode, num_shards)
+        if rollout:
+            cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update=rollout)})
         tasks = kit.make_tasks(tmp, cfg, tasks_n)
         journal, parts, priors = tmp / "journal", [], None
         for i in range(num_shards):
@@ -144,6 +160,10 @@ def test_sigkill_and_rerun_sample_the_same_pairs(tmp_path):
         assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert _pairs([out]) == _pairs(reference)
     assert read_plans([out]).equals(read_plans(reference))
+    fixed, _ = _run(tmp_path / "off", "off")
+    want_pairs, want_plans = _round_synchronous("exact", [tasks], fixed)
+    assert _pairs([out]) == want_pairs
+    _same_plans(read_plans([out]), want_plans)
 
 
 def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
@@ -162,3 +182,91 @@ def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
     # the same run over 3 shards: the same pairs and decisions (one prior over all shards)
     three, _ = _run(tmp_path / "three", "bayes", 3, tasks_n=n)
     assert _pairs(three) == _pairs(bayes) and read_plans(three).equals(plans)
+
+
+def _round_synchronous(mode: str, shards: list[Path], fixed: list[Path], prior=None):
+    """The round-synchronous planner's (pairs, plans) on the shards' tasks files, shard by
+    shard, on the rewards of the fixed-K run `fixed` (the same (prompt, seed), the same
+    reward); bayes: the priors the run fitted (`prior`)."""
+    cfg = _cfg("http://x", mode, len(shards))
+    rows = pd.concat(pq.read_table(p).to_pandas() for p in fixed)
+    reward = rows.set_index(["task_index", "rollout_index"])["reward"]
+    priors = load_priors(prior)
+    pairs, plans = set(), []
+    for path in shards:
+        tasks = pq.read_table(path).to_pandas()
+        k, labels = tasks["num_repeats"].to_numpy(), tasks["label"].to_numpy(dtype=object)
+        rewards = np.array([[reward[(t, r)] for r in range(K)] for t in tasks["task_index"]])
+        audit = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+        got, p = round_synchronous(
+            settings_of(cfg), cfg.export, k, labels, rewards, priors, 1.0, audit
+        )
+        index = tasks["task_index"].to_numpy()
+        pairs |= {(int(index[t]), r) for t, r in got}
+        plans.append(
+            pd.DataFrame(
+                {"task_index": index, "planned": p.planned, "stopped_early": p.stopped_early}
+            ).assign(keep=p.keep)
+        )
+    plan_table = pd.concat(plans).sort_values("task_index", ignore_index=True)
+    return pairs, plan_table
+
+
+def _same_plans(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    for col in ("task_index", "planned", "stopped_early", "keep"):
+        assert got[col].tolist() == want[col].tolist(), col
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+@pytest.mark.parametrize("mode", ["exact", "bayes"])
+def test_the_rounds_give_the_round_synchronous_pairs_and_decisions(tmp_path, mode, num_shards):
+    fixed, _ = _run(tmp_path / "off", "off")
+    work = tmp_path / mode
+    outs, sent = _run(work, mode, num_shards)
+    shards = [work / f"shard{i}.parquet" for i in range(num_shards)]
+    prior = work / "prior.json" if mode == "bayes" else None
+    want_pairs, want_plans = _round_synchronous(mode, shards, fixed, prior)
+    assert _pairs(outs) == want_pairs
+    _same_plans(read_plans(outs), want_plans)
+    assert sent == len(want_pairs)  # nothing asked for twice (bayes: first round included)
+
+
+def test_a_task_goes_on_to_its_next_round_while_another_tasks_round_is_out(tmp_path):
+    """The fake server holds task 0's second round until some other task asks for its third:
+    with a round barrier no task could, and task 0's held requests would time out. (exact
+    mode waits for its label's first round once: whether the label's rewards are 0/1.)"""
+    fixed, _ = _run(tmp_path / "off", "off")
+    work = tmp_path / "held"
+    seen: dict[str, int] = {}  # requests per prompt: one per round (n = the round's size)
+    released: list[str] = []
+    with FakeOpenAI(answer) as server:
+
+        def hold_task_0(body: dict) -> bool:
+            prompt = body["messages"][-1]["content"]
+            seen[prompt] = seen.get(prompt, 0) + 1
+            if kit.question(0) in prompt:
+                return seen[prompt] >= 2
+            if seen[prompt] == 3 and not released:
+                released.append(prompt)
+                server.hold_after(None)  # lets task 0's second round go
+            return False
+
+        cfg = _cfg(server.base_url, "exact")
+        # a held request that timed out would be a failure of task 0's rollouts
+        cfg = cfg.model_copy(
+            update={
+                "rollout": cfg.rollout.model_copy(
+                    update={"request_timeout_s": 20.0, "max_attempts": 1}
+                )
+            }
+        )
+        tasks = kit.make_tasks(work, cfg, TASKS)
+        out = work / "out.parquet"
+        server.hold_after(0, match=hold_task_0)
+        run_shard(cfg, kit.engine(cfg), tasks, work / "journal", out, "0-of-1")
+    assert released, "no task asked for a second round while task 0 was held"
+    records = pq.read_table(out).to_pandas()
+    assert (records["status"] == "ok").all()
+    want_pairs, want_plans = _round_synchronous("exact", [tasks], fixed)
+    assert _pairs([out]) == want_pairs
+    _same_plans(read_plans([out]), want_plans)

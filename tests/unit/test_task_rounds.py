@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from harness.rounds import round_synchronous as reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior
 from rewardprof.decisions.task_rounds import TaskRounds
@@ -41,16 +42,8 @@ def _audit(case: str, n: int) -> np.ndarray | None:
 
 
 def round_synchronous(case: str, rewards, k, labels) -> tuple[set, object]:
-    """Today's loop: plan every task, sample everything missing, wait for all of it, replan."""
     settings_, priors = CASES[case]
-    pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    while True:
-        records = Records(pos, idx, rewards[pos, idx])
-        p = plan(settings_, Export(), k, labels, records, priors, 1.0, _audit(case, len(k)))
-        new_pos, new_idx = p.missing(records)
-        if not len(new_pos):
-            return set(zip(pos.tolist(), idx.tolist(), strict=True)), p
-        pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
+    return reference(settings_, Export(), k, labels, rewards, priors, 1.0, _audit(case, len(k)))
 
 
 def no_barrier(case, rewards, k, labels, pick, journaled=()) -> tuple[set, object, set]:
