@@ -16,20 +16,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
-from harness.rounds import round_synchronous
+from harness.rounds import same_plans, shards_round_synchronous
 
 from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.audit import audit_of
 from rewardprof.stages import StagePaths, shard
 from rewardprof.stages.rollout.adaptive_rounds import (
     load_priors,
     read_plans,
-    settings_of,
     write_priors,
 )
 from rewardprof.stages.rollout.shard_job import run_first_round, run_shard
@@ -163,7 +160,7 @@ def test_sigkill_and_rerun_sample_the_same_pairs(tmp_path):
     fixed, _ = _run(tmp_path / "off", "off")
     want_pairs, want_plans = _round_synchronous("exact", [tasks], fixed)
     assert _pairs([out]) == want_pairs
-    _same_plans(read_plans([out]), want_plans)
+    same_plans(read_plans([out]), want_plans)
 
 
 def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
@@ -185,36 +182,10 @@ def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
 
 
 def _round_synchronous(mode: str, shards: list[Path], fixed: list[Path], prior=None):
-    """The round-synchronous planner's (pairs, plans) on the shards' tasks files, shard by
-    shard, on the rewards of the fixed-K run `fixed` (the same (prompt, seed), the same
-    reward); bayes: the priors the run fitted (`prior`)."""
-    cfg = _cfg("http://x", mode, len(shards))
-    rows = pd.concat(pq.read_table(p).to_pandas() for p in fixed)
-    reward = rows.set_index(["task_index", "rollout_index"])["reward"]
-    priors = load_priors(prior)
-    pairs, plans = set(), []
-    for path in shards:
-        tasks = pq.read_table(path).to_pandas()
-        k, labels = tasks["num_repeats"].to_numpy(), tasks["label"].to_numpy(dtype=object)
-        rewards = np.array([[reward[(t, r)] for r in range(K)] for t in tasks["task_index"]])
-        audit = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
-        got, p = round_synchronous(
-            settings_of(cfg), cfg.export, k, labels, rewards, priors, 1.0, audit
-        )
-        index = tasks["task_index"].to_numpy()
-        pairs |= {(int(index[t]), r) for t, r in got}
-        plans.append(
-            pd.DataFrame(
-                {"task_index": index, "planned": p.planned, "stopped_early": p.stopped_early}
-            ).assign(keep=p.keep)
-        )
-    plan_table = pd.concat(plans).sort_values("task_index", ignore_index=True)
-    return pairs, plan_table
-
-
-def _same_plans(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    for col in ("task_index", "planned", "stopped_early", "keep"):
-        assert got[col].tolist() == want[col].tolist(), col
+    """The round-synchronous planner on the shards' tasks files and the rewards of the fixed-K
+    run `fixed` (the same (prompt, seed), the same reward)."""
+    rewards = pd.concat(pq.read_table(p).to_pandas() for p in fixed)
+    return shards_round_synchronous(_cfg("http://x", mode, len(shards)), shards, rewards, prior)
 
 
 @pytest.mark.parametrize("num_shards", [1, 3])
@@ -227,7 +198,7 @@ def test_the_rounds_give_the_round_synchronous_pairs_and_decisions(tmp_path, mod
     prior = work / "prior.json" if mode == "bayes" else None
     want_pairs, want_plans = _round_synchronous(mode, shards, fixed, prior)
     assert _pairs(outs) == want_pairs
-    _same_plans(read_plans(outs), want_plans)
+    same_plans(read_plans(outs), want_plans)
     assert sent == len(want_pairs)  # nothing asked for twice (bayes: first round included)
 
 
@@ -269,4 +240,4 @@ def test_a_task_goes_on_to_its_next_round_while_another_tasks_round_is_out(tmp_p
     assert (records["status"] == "ok").all()
     want_pairs, want_plans = _round_synchronous("exact", [tasks], fixed)
     assert _pairs([out]) == want_pairs
-    _same_plans(read_plans([out]), want_plans)
+    same_plans(read_plans([out]), want_plans)

@@ -4,9 +4,16 @@ plan again. The reference the no-barrier planner is tested against (unit and fau
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from rewardprof.core.config import Config
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.decisions.audit import audit_of
+from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
 
 
 def round_synchronous(
@@ -29,3 +36,36 @@ def round_synchronous(
         if not len(new_pos):
             return set(zip(pos.tolist(), idx.tolist(), strict=True)), p
         pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
+
+
+def shards_round_synchronous(
+    cfg: Config, shards: list[Path], rewards: pd.DataFrame, prior: Path | None = None
+) -> tuple[set[tuple[int, int]], pd.DataFrame]:
+    """The round-synchronous planner on a run's shards (their tasks files), shard by shard:
+    (the (task_index, rollout_index) pairs it samples, task_index, planned, stopped_early,
+    keep per task as read_plans gives them). `rewards`: task_index, rollout_index, reward of
+    every rollout up to K (a fixed-K run of the same tasks and seeds); bayes: the priors the
+    run fitted (`prior`)."""
+    reward = rewards.set_index(["task_index", "rollout_index"])["reward"]
+    priors = load_priors(prior)
+    pairs, plans = set(), []
+    for path in shards:
+        tasks = pq.read_table(path).to_pandas()
+        k, labels = tasks["num_repeats"].to_numpy(), tasks["label"].to_numpy(dtype=object)
+        index = tasks["task_index"].to_numpy()
+        table = np.array([[reward[(t, r)] for r in range(int(k.max()))] for t in index])
+        audit = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+        threshold = cfg.profile.pass_threshold
+        got, p = round_synchronous(
+            settings_of(cfg), cfg.export, k, labels, table, priors, threshold, audit
+        )
+        pairs |= {(int(index[t]), r) for t, r in got}
+        columns = {"planned": p.planned, "stopped_early": p.stopped_early, "keep": p.keep}
+        plans.append(pd.DataFrame({"task_index": index, **columns}))
+    return pairs, pd.concat(plans).sort_values("task_index", ignore_index=True)
+
+
+def same_plans(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Plans equal task by task (read_plans' columns)."""
+    for col in ("task_index", "planned", "stopped_early", "keep"):
+        assert got[col].tolist() == want[col].tolist(), col

@@ -2,8 +2,10 @@
 outcome per rollout is a fixed function of (prompt, seed): off, exact and bayes on the same
 tasks keep the same tasks (bayes: >= 98 %) with fewer rollouts sent, and bayes over 1 and 3
 shards samples the same (task, rollout) pairs, and so does a bayes run whose jobs are killed
-with SIGKILL in its first round and in its adaptive rounds, then rerun. (The same at the
-rollout command's level: tests/faults/test_adaptive_stage.py.)"""
+with SIGKILL in its first round and in its adaptive rounds, then rerun: the pairs and decisions
+of the round-synchronous planner on the same rewards, though each task's rounds are planned as
+soon as its own last round returned. (The same at the rollout command's level:
+tests/faults/test_adaptive_stage.py.)"""
 
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from harness.rounds import same_plans, shards_round_synchronous
 from helpers import REPO, endpoint_config, math_row, snakemake, wait_for, write_config, write_jsonl
 
+from rewardprof.manifest.load import load_overlaid
+from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.tools.status import collect, format_status
 
@@ -63,6 +68,21 @@ def _kept(root: Path) -> set[int]:
 def _pairs(root: Path) -> set[tuple[int, int]]:
     t = pq.read_table(root / "results/t/rollouts.parquet", columns=["task_index", "rollout_index"])
     return set(zip(t["task_index"].to_pylist(), t["rollout_index"].to_pylist(), strict=True))
+
+
+def _round_synchronous(root: Path, fixed: Path, num_shards: int):
+    """The round-synchronous planner on the run in `root`: its shards' tasks, its prior, and
+    the rewards of the fixed-K run in `fixed` (the same (prompt, seed), the same reward)."""
+    cfg = load_overlaid(REPO / "config/config.yaml", [root / "run.yaml"])
+    shards = [root / f"results/t/shards/{i}-of-{num_shards}.parquet" for i in range(num_shards)]
+    columns = ["task_index", "rollout_index", "reward"]
+    rewards = pq.read_table(fixed / "results/t/rollouts.parquet", columns=columns).to_pandas()
+    prior = root / "results/t/adaptive/prior.json"
+    return shards_round_synchronous(cfg, shards, rewards, prior)
+
+
+def _plans(root: Path):
+    return read_plans(sorted((root / "results/t/rollouts.parquet").rglob("*.parquet")))
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +128,10 @@ def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
     one, three = runs["bayes1"][0], runs["bayes3"][0]
     assert _pairs(one) == _pairs(three)
     assert _kept(one) == _kept(three)
+    for root, shards in ((one, 1), (three, 3)):  # each shard's rounds planned task by task
+        want_pairs, want_plans = _round_synchronous(root, runs["off1"][0], shards)
+        assert _pairs(root) == want_pairs
+        same_plans(_plans(root), want_plans)
 
 
 def test_a_finished_adaptive_run_reads_done_in_status(runs):
@@ -190,6 +214,9 @@ def test_bayes_run_killed_in_each_round_samples_the_same_pairs(runs, tmp_path):
         asked = _asked(server.requests)
     assert _pairs(tmp_path) == _pairs(reference)
     assert _kept(tmp_path) == _kept(reference)
+    want_pairs, want_plans = _round_synchronous(tmp_path, runs["off1"][0], 1)
+    assert _pairs(tmp_path) == want_pairs
+    same_plans(_plans(tmp_path), want_plans)
     assert json.loads(prior.read_text()) == json.loads(
         (reference / "results/t/adaptive/prior.json").read_text()
     )
