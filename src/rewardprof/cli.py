@@ -30,7 +30,6 @@ from rewardprof.engine import model
 from rewardprof.manifest.load import validate_config
 from rewardprof.manifest.run_config import load_stage_config
 from rewardprof.stages import StagePaths, add_path_arguments
-from rewardprof.store.shards import shard_tag
 from rewardprof.tools import (
     check,
     estimate,
@@ -163,20 +162,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_first_round(args: argparse.Namespace) -> int:
-    from rewardprof.engine.session import engine_session  # lazy: only rollout jobs need it
-    from rewardprof.stages.rollout import shard_job  # lazy: as cmd_rollout
-
-    cfg, paths = _config(args), _stage_paths(args)
-    engine = functools.partial(engine_session, cfg, paths.engine_log)  # opened only if needed
-    summary = shard_job.run_first_round(
-        cfg,
-        shard_job.EngineOpener(cfg.model_name, engine),
-        paths.need("tasks"),
-        paths.need("journal"),
-        paths.need("out"),
-        shard_tag(paths.need("shard"), paths.need("num_shards")),
-    )
-    logging.info("first round: %s", json.dumps(summary))
+    logging.info("first round: %s", json.dumps(_run_stage("adaptive_first_round", args)))
     return 0
 
 
