@@ -31,7 +31,7 @@ from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.seeds import task_seed
-from rewardprof.stages.rollout.shard_job import EngineOpener, run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -108,12 +108,8 @@ def _run(vllm, data: dict, shard: Path, out: Path, **engine) -> pd.DataFrame:
         "rollout": {"concurrency": 4, "verify_workers": 1},
     }
     run_shard(
-        validate_config(data),
+        ShardJob(validate_config(data), shard, out.parent / f"{out.stem}-journal", out, "0-of-1"),
         EngineOpener.running(vllm.endpoint),
-        shard,
-        out.parent / f"{out.stem}-journal",
-        out,
-        "0-of-1",
     )
     return pd.read_parquet(out).sort_values(["task_index", "rollout_index"]).reset_index()
 

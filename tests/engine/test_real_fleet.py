@@ -22,7 +22,7 @@ from rewardprof.engine.host import processes_with_env
 from rewardprof.engine.session import engine_session
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
-from rewardprof.stages.rollout.shard_job import EngineOpener, run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.layout import RunLayout
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -34,7 +34,7 @@ K = 4
 def _rollouts(cfg, shard: Path, out: Path, heartbeat=None) -> pd.DataFrame:
     engine = EngineOpener(cfg.model_name, lambda: engine_session(cfg))
     journal = out.parent / f"{out.stem}-journal"
-    run_shard(cfg, engine, shard, journal, out, "s0of1", heartbeat=heartbeat)
+    run_shard(ShardJob(cfg, shard, journal, out, "s0of1"), engine, heartbeat=heartbeat)
     return pd.read_parquet(out).sort_values(["task_index", "rollout_index"]).reset_index(drop=True)
 
 

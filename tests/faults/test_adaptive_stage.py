@@ -29,7 +29,7 @@ from rewardprof.stages.rollout.adaptive_rounds import (
     read_plans,
     write_priors,
 )
-from rewardprof.stages.rollout.shard_job import run_first_round, run_shard
+from rewardprof.stages.rollout.shard_job import ShardJob, run_first_round, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 K, TASKS = 8, 30
@@ -77,7 +77,7 @@ def _run(
             for i, part in enumerate(parts):
                 done = tmp / f"first{i}.json"
                 tag = f"{i}-of-{num_shards}"
-                run_first_round(cfg, kit.engine(cfg), part, journal, done, tag)
+                run_first_round(ShardJob(cfg, part, journal, done, tag), kit.engine(cfg))
             prior = tmp / "prior.json"
             write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
             priors = load_priors(prior)
@@ -85,7 +85,7 @@ def _run(
         for i, part in enumerate(parts):
             out = tmp / f"out{i}.parquet"
             tag = f"{i}-of-{num_shards}"
-            run_shard(cfg, kit.engine(cfg), part, journal, out, tag, priors)
+            run_shard(ShardJob(cfg, part, journal, out, tag), kit.engine(cfg), priors)
             outs.append(out)
         return outs, sum(b.get("n", 1) for b in server.requests)
 
@@ -234,7 +234,7 @@ def test_a_task_goes_on_to_its_next_round_while_another_tasks_round_is_out(tmp_p
         tasks = kit.make_tasks(work, cfg, TASKS)
         out = work / "out.parquet"
         server.hold_after(0, match=hold_task_0)
-        run_shard(cfg, kit.engine(cfg), tasks, work / "journal", out, "0-of-1")
+        run_shard(ShardJob(cfg, tasks, work / "journal", out, "0-of-1"), kit.engine(cfg))
     assert released, "no task asked for a second round while task 0 was held"
     records = pq.read_table(out).to_pandas()
     assert (records["status"] == "ok").all()

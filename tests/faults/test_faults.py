@@ -20,7 +20,7 @@ from rewardprof.engine.http_retry import RetryPolicy
 from rewardprof.stages import StagePaths, merge, profile
 from rewardprof.stages.rollout.output import ShardIncomplete
 from rewardprof.stages.rollout.seeds import task_seed
-from rewardprof.stages.rollout.shard_job import run_shard
+from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import read_rows, scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -49,7 +49,9 @@ def _run(tmp_path, server, num_tasks=1, num_repeats=2, rollout=None, engine=None
     cfg = kit.make_config(server.base_url, num_repeats, rollout=rollout, engine=engine)
     tasks = kit.make_tasks(tmp_path, cfg, num_tasks)
     out = tmp_path / "out.parquet"
-    summary = run_shard(cfg, kit.engine(cfg, api_key), tasks, tmp_path / "journal", out, "0-of-1")
+    summary = run_shard(
+        ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg, api_key)
+    )
     records = pq.read_table(out).to_pandas().sort_values(["task_index", "rollout_index"])
     assert kit.check_records(records, kit.load_tasks(tasks), cfg) == []
     return summary, records.reset_index(drop=True), cfg, tasks
@@ -281,7 +283,7 @@ def test_terminal_failures_over_limit_leave_no_output(tmp_path, server):
     tasks = kit.make_tasks(tmp_path, cfg, 3)
     out = tmp_path / "out.parquet"
     with pytest.raises(ShardIncomplete) as exc:
-        run_shard(cfg, kit.engine(cfg), tasks, tmp_path / "journal", out, "0-of-1")
+        run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg))
     assert str(exc.value) == (
         "0-of-1: 2 of 6 rollouts failed terminally (context_length=2), over "
         "rollout.max_failed_fraction=0.25; rerun the shard to retry them"
@@ -338,12 +340,8 @@ def test_rejected_key_is_request_error_and_redacted(tmp_path):
         cfg = kit.make_config(server.base_url, 2, rollout={"max_failed_fraction": 1.0})
         tasks = kit.make_tasks(tmp_path, cfg, 1)
         run_shard(
-            cfg,
+            ShardJob(cfg, tasks, tmp_path / "journal", tmp_path / "out.parquet", "0-of-1"),
             kit.engine(cfg, api_key=sentinel),
-            tasks,
-            tmp_path / "journal",
-            tmp_path / "out.parquet",
-            "0-of-1",
         )
         assert server.stats["requests"] == 1  # 401 is not retried
     rec = pq.read_table(tmp_path / "out.parquet").to_pandas()
@@ -363,6 +361,6 @@ def test_api_key_and_url_password_together_send_the_key(tmp_path):
         cfg = kit.make_config(url, 2)
         tasks = kit.make_tasks(tmp_path, cfg, 1)
         out = tmp_path / "out.parquet"
-        run_shard(cfg, kit.engine(cfg, key), tasks, tmp_path / "journal", out, "0-of-1")
+        run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg, key))
         assert server.stats["auth_ok"] == 1 and server.stats["auth_failed"] == 0
     assert pq.read_table(out).to_pandas()["status"].tolist() == ["ok", "ok"]

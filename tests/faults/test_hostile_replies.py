@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 
-from rewardprof.stages.rollout.shard_job import run_shard
+from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import QUARANTINE, scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.testing.hostile_replies import MANGLE, RAW, STREAMED
@@ -71,7 +71,7 @@ def _shard(tmp_path, server, num_tasks: int = 3, **rollout):
     if not tasks.exists():
         tasks = kit.make_tasks(tmp_path, cfg, num_tasks)
     out = tmp_path / "out.parquet"
-    summary = run_shard(cfg, kit.engine(cfg), tasks, tmp_path / "journal", out, "0-of-1")
+    summary = run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg))
     rec = pq.read_table(out).to_pandas().sort_values(["task_index", "rollout_index"])
     assert kit.check_records(rec, kit.load_tasks(tasks), cfg) == []
     return summary, rec.reset_index(drop=True)

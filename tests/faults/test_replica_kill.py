@@ -26,7 +26,7 @@ from helpers import wait_for
 
 from rewardprof.engine.host import free_port
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.shard_job import EngineOpener, run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -61,7 +61,9 @@ def _run(tmp: Path, urls: list[str]):
     tasks = kit.make_tasks(tmp, cfg, NUM_TASKS)
     endpoint = Endpoint(urls[0], cfg.model_name, None, identity="endpoint:fake", urls=tuple(urls))
     out = tmp / "out.parquet"
-    summary = run_shard(cfg, EngineOpener.running(endpoint), tasks, tmp / "journal", out, "s0of1")
+    summary = run_shard(
+        ShardJob(cfg, tasks, tmp / "journal", out, "s0of1"), EngineOpener.running(endpoint)
+    )
     records = pq.read_table(out).to_pandas().sort_values(["task_index", "rollout_index"])
     assert kit.check_records(records, kit.load_tasks(tasks), cfg) == []
     return summary, records.reset_index(drop=True)

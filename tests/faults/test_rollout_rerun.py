@@ -13,7 +13,7 @@ from harness import shardkit as kit
 from rewardprof.engine.host import free_port
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, rollout
-from rewardprof.stages.rollout.shard_job import EngineOpener, run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -23,7 +23,8 @@ def _fill_journal(tmp_path):
         cfg = kit.make_config(server.base_url, num_repeats=2)
         tasks = kit.make_tasks(tmp_path, cfg, 3)
         first = run_shard(
-            cfg, kit.engine(cfg), tasks, tmp_path / "journal", tmp_path / "a.parquet", "0-of-1"
+            ShardJob(cfg, tasks, tmp_path / "journal", tmp_path / "a.parquet", "0-of-1"),
+            kit.engine(cfg),
         )
     assert first["generated"] == 6
     return cfg, tasks
@@ -83,7 +84,9 @@ def test_a_missing_rollout_opens_the_engine(tmp_path):
 
     with pytest.raises(ConnectionRefusedError, match="down"):
         engine = EngineOpener(more.model_name, opener)
-        run_shard(more, engine, tasks, tmp_path / "journal", tmp_path / "d.parquet", "0-of-1")
+        run_shard(
+            ShardJob(more, tasks, tmp_path / "journal", tmp_path / "d.parquet", "0-of-1"), engine
+        )
     assert opened == [True]
     assert not (tmp_path / "d.parquet").exists()
 
@@ -100,13 +103,17 @@ def test_failures_under_the_limit_say_how_to_retry_and_a_rerun_retries_them(tmp_
         server.faults.extend(["500", "500"])  # the first two requests fail for good
         out = tmp_path / "out.parquet"
         with caplog.at_level("WARNING", logger="rewardprof.stages.rollout"):
-            first = run_shard(cfg, kit.engine(cfg), tasks, tmp_path / "journal", out, "0-of-1")
+            first = run_shard(
+                ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg)
+            )
         assert first["failed"] == 2 and first["ok"] == 4
         line = next(r.getMessage() for r in caplog.records if "failed terminally" in r.getMessage())
         assert "within rollout.max_failed_fraction=0.5" in line
         assert "add --forcerun rollout" in line and str(out) in line
         asked = len(server.requests)
-        again = run_shard(cfg, kit.engine(cfg), tasks, tmp_path / "journal", out, "0-of-1")
+        again = run_shard(
+            ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg)
+        )
     assert again["generated"] == 2  # the two failed pairs, nothing journaled ok
     assert len(server.requests) == asked + 2
     assert again["ok"] == 6 and again["failed"] == 0

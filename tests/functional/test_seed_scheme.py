@@ -16,7 +16,7 @@ from rewardprof.core.config import ConfigError
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout import runner as runner_mod
 from rewardprof.stages.rollout.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
-from rewardprof.stages.rollout.shard_job import run_shard
+from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -72,13 +72,15 @@ def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypat
         with monkeypatch.context() as m:  # the code of seed scheme 1
             m.setattr(runner_mod, "task_seed", _scheme1_task_seed)
             m.setattr(runner_mod, "gen_key", legacy_gen_key)
-            run_shard(cfg, kit.engine(cfg), tasks, journal, tmp_path / "old.parquet", "0-of-1")
+            run_shard(
+                ShardJob(cfg, tasks, journal, tmp_path / "old.parquet", "0-of-1"), kit.engine(cfg)
+            )
         old = pq.read_table(tmp_path / "old.parquet").to_pandas()
         assert (old["seed"] < 2**31).all()
         before = len(server.requests)
         with caplog.at_level(logging.INFO, logger="rewardprof.stages.rollout"):
             summary = run_shard(
-                cfg, kit.engine(cfg), tasks, journal, tmp_path / "new.parquet", "0-of-1"
+                ShardJob(cfg, tasks, journal, tmp_path / "new.parquet", "0-of-1"), kit.engine(cfg)
             )
         assert len(server.requests) > before  # generated again
     assert summary["generated"] == 12 and summary["stale"] == 12

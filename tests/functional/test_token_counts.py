@@ -12,7 +12,7 @@ from harness import shardkit as kit
 
 from rewardprof.engine.reply import parse_choices as _parse_choices
 from rewardprof.stages.rollout.seeds import gen_key, wants_token_ids
-from rewardprof.stages.rollout.shard_job import run_shard
+from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -26,7 +26,9 @@ def _run(tmp_path, server, name: str, num_repeats: int = 8, **engine):
     cfg = kit.make_config(server.base_url, num_repeats, engine=engine)
     tasks = kit.make_tasks(tmp_path, cfg, 3)
     out = tmp_path / f"{name}.parquet"
-    summary = run_shard(cfg, kit.engine(cfg), tasks, tmp_path / f"{name}-journal", out, "0-of-1")
+    summary = run_shard(
+        ShardJob(cfg, tasks, tmp_path / f"{name}-journal", out, "0-of-1"), kit.engine(cfg)
+    )
     recs = pq.read_table(out).to_pandas().sort_values(["task_index", "rollout_index"])
     return summary, recs.reset_index(drop=True)
 

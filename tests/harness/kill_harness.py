@@ -154,12 +154,14 @@ def _attempt(spec: dict[str, Any]) -> None:
     # a forkserver child inherits start method "forkserver"; its verification pool must fork
     # from this (preloaded, warm) process instead of starting a server of its own
     multiprocessing.set_start_method("fork", force=True)
-    from rewardprof.stages.rollout.shard_job import run_shard
+    from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 
     if spec.get("point"):
         _install(spec["point"], spec["nth"])
     cfg = validate_config(spec["config"], origin="kill-harness")
-    summary = run_shard(cfg, kit.engine(cfg), spec["tasks"], spec["journal"], spec["out"], "0-of-1")
+    summary = run_shard(
+        ShardJob(cfg, spec["tasks"], spec["journal"], spec["out"], "0-of-1"), kit.engine(cfg)
+    )
     Path(spec["result"]).write_text(json.dumps(summary))
 
 

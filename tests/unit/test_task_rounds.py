@@ -79,6 +79,15 @@ def no_barrier(case, rewards, k, labels, pick, journaled=()) -> tuple[set, objec
             returned.add((p, r))
 
 
+def _examples(n: int) -> settings:
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
 reward_values = st.sampled_from([0.0, 1.0, np.nan, 0.5])
 # a task: its label, its K, and its rewards: a constant run (where bayes stops early and a
 # label's 0/1 flag decides whether it may) with a few values changed, or any rewards
@@ -111,12 +120,7 @@ def _same(a_pairs, a_plan, b_pairs, b_plan) -> None:
         assert (getattr(a_plan, field) == getattr(b_plan, field)).all(), field
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@_examples(40)
 @given(
     case=st.sampled_from(sorted(CASES)),
     tasks=tasks_strategy,
@@ -139,12 +143,7 @@ def test_any_arrival_order_gives_the_round_synchronous_pairs_and_decisions(
         _same(pairs, got_plan, want_pairs, want_plan)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@_examples(30)
 @given(
     case=st.sampled_from(sorted(CASES)),
     tasks=tasks_strategy,

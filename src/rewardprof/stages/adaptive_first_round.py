@@ -19,11 +19,8 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     from rewardprof.stages.rollout import shard_job  # lazy: as the rollout stage's run_shard
 
     engine = functools.partial(engine_session, cfg, paths.engine_log)
-    return shard_job.run_first_round(
-        cfg,
-        shard_job.EngineOpener(cfg.model_name, engine),
-        paths.need("tasks"),
-        paths.need("journal"),
-        paths.need("out"),
-        shard_tag(paths.need("shard"), paths.need("num_shards")),
+    tag = shard_tag(paths.need("shard"), paths.need("num_shards"))
+    job = shard_job.ShardJob(
+        cfg, paths.need("tasks"), paths.need("journal"), paths.need("out"), tag
     )
+    return shard_job.run_first_round(job, shard_job.EngineOpener(cfg.model_name, engine))

@@ -25,6 +25,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     from rewardprof.stages.rollout.adaptive_rounds import load_priors  # lazy: as run_shard
     from rewardprof.stages.rollout.shard_job import (  # lazy: merge imports only the journal
         EngineOpener,
+        ShardJob,
         run_shard,
     )
 
@@ -42,7 +43,8 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         engine = EngineOpener(
             cfg.model_name, functools.partial(engine_session, cfg, paths.engine_log)
         )
-        summary = run_shard(cfg, engine, tasks, journal, out, tag, priors, heartbeat=beat)
+        job = ShardJob(cfg, tasks, journal, out, tag)
+        summary = run_shard(job, engine, priors, heartbeat=beat)
     except JournalLocked:
         if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
             beat.data["state"] = "refused"

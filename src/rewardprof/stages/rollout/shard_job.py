@@ -55,13 +55,25 @@ class EngineOpener:
         return cls(endpoint.model, lambda: contextlib.nullcontext(endpoint))
 
 
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard's job: the run's config, the shard's tasks file, the journal directory
+    (shared by every shard), the output to write, the shard's tag (`<i>-of-<N>`)."""
+
+    cfg: Config
+    tasks: Path
+    journal: Path
+    out: Path
+    tag: str
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "journal", "out"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+
+
 def run_shard(
-    cfg: Config,
+    job: ShardJob,
     engine: EngineOpener,
-    shard_tasks: str | Path,
-    journal_dir: str | Path,
-    out_path: str | Path,
-    shard_tag: str,
     priors: dict | None = None,
     heartbeat: ShardHeartbeat | None = None,
 ) -> dict[str, Any]:
@@ -69,14 +81,15 @@ def run_shard(
     num_repeats each; adaptive: each task's planned rollouts, the plan in the metadata).
     `priors`: adaptive bayes' labels' priors; `heartbeat`, if any, is kept up to date for
     `rewardprof status`."""
-    with _open_shard(cfg, engine, shard_tasks, journal_dir, out_path, shard_tag) as run:
+    cfg = job.cfg
+    with _open_shard(job, engine) as run:
         missing, info = run.missing()
         settings = settings_of(cfg)
         work: Work = FixedWork(missing, cfg.engine.max_n)
         if settings is not None:  # adaptive_rounds.py
-            rounds = shard_rounds(cfg, settings, run.tasks, run.journal_dir, run.gen_key, priors)
+            rounds = shard_rounds(cfg, settings, run.tasks, job.journal, run.gen_key, priors)
             work = RoundsWork(rounds, cfg.engine.max_n)
-        log_start(shard_tag, len(run.tasks), work.pending, info)
+        log_start(job.tag, len(run.tasks), work.pending, info)
         if heartbeat is not None:
             expected = int(run.tasks["num_repeats"].sum())
             heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
@@ -86,39 +99,25 @@ def run_shard(
             plan_ = checked_plan(run, settings, work.rounds, priors)
             wanted, metadata = plan_.planned, plan_metadata(run.tasks, plan_)
         summary = write_output(
-            cfg,
-            run.tasks,
-            wanted,
-            run.journal_dir,
-            run.gen_key,
-            shard_tag,
-            Path(out_path),
-            metadata,
+            cfg, run.tasks, wanted, job.journal, run.gen_key, job.tag, job.out, metadata
         )
         summary.update(generated=generated, **info)
-        log_done(shard_tag, summary)
+        log_done(job.tag, summary)
         return summary
 
 
-def run_first_round(
-    cfg: Config,
-    engine: EngineOpener,
-    shard_tasks: str | Path,
-    journal_dir: str | Path,
-    out_path: str | Path,
-    shard_tag: str,
-) -> dict[str, Any]:
+def run_first_round(job: ShardJob, engine: EngineOpener) -> dict[str, Any]:
     """bayes' first step in a shard: every task's rollouts below adaptive.min_rollouts (at
-    most K), then a summary at `out_path` saying the shard's first round is journaled."""
-    first = cfg.adaptive.min_rollouts
-    with _open_shard(cfg, engine, shard_tasks, journal_dir, out_path, shard_tag) as run:
+    most K), then a summary at job.out saying the shard's first round is journaled."""
+    first = job.cfg.adaptive.min_rollouts
+    with _open_shard(job, engine) as run:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
         winners = _first_round_winners(run, wanted)
         missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
-        sent = _sample(run, engine, FixedWork(missing, cfg.engine.max_n), None)
+        sent = _sample(run, engine, FixedWork(missing, job.cfg.engine.max_n), None)
         winners = _first_round_winners(run, wanted)
         summary = {
-            "shard": shard_tag,
+            "shard": job.tag,
             "tasks": len(run.tasks),
             "first_round": first,
             "generated": sent,
@@ -126,8 +125,8 @@ def run_first_round(
             "ok": int((winners["status"] == OK).sum()),
         }
         if summary["present"] != int(wanted.sum()):
-            raise RuntimeError(f"{shard_tag}: first round incomplete: {summary}")
-        write_json_atomic(Path(out_path), summary)
+            raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
+        write_json_atomic(job.out, summary)
         return summary
 
 
@@ -138,21 +137,13 @@ def _first_round_winners(run: ShardRun, wanted: np.ndarray):
 
 
 @contextlib.contextmanager
-def _open_shard(
-    cfg: Config,
-    engine: EngineOpener,
-    shard_tasks: str | Path,
-    journal_dir: str | Path,
-    out_path: str | Path,
-    shard_tag: str,
-) -> Iterator[ShardRun]:
+def _open_shard(job: ShardJob, engine: EngineOpener) -> Iterator[ShardRun]:
     """The shard's run, its lock held (one job per shard) and a killed attempt's temp files
     gone."""
-    journal = Path(journal_dir)
-    with ShardLock(journal, shard_tag):
-        remove_stale_tmp(journal, shard_tag, Path(out_path))
-        tasks = load_tasks(Path(shard_tasks))
-        yield ShardRun(cfg, engine.model, tasks, journal, shard_tag, tasks_path=Path(shard_tasks))
+    with ShardLock(job.journal, job.tag):
+        remove_stale_tmp(job.journal, job.tag, job.out)
+        tasks = load_tasks(job.tasks)
+        yield ShardRun(job.cfg, engine.model, tasks, job.journal, job.tag, tasks_path=job.tasks)
 
 
 def _sample(
