@@ -16,11 +16,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from helpers import REPO, endpoint_config, math_row, snakemake, wait_for, write_config, write_jsonl
 
+from rewardprof.decisions.adaptive_plan import Records, plan
+from rewardprof.decisions.audit import audit_of
+from rewardprof.manifest.load import validate_config
+from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.tools.status import collect, format_status
 
@@ -108,6 +114,36 @@ def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
     one, three = runs["bayes1"][0], runs["bayes3"][0]
     assert _pairs(one) == _pairs(three)
     assert _kept(one) == _kept(three)
+
+
+def test_rounds_planned_task_by_task_sample_the_round_by_round_pairs(runs):
+    """The rollout jobs plan a task's next round when its last one returned (no barrier). On
+    the same rewards (the fixed-K run's: same seeds, same scripted answers) the round-by-round
+    planner, replayed here with the run's own priors, asks for exactly the pairs each bayes
+    run sampled, with 1 and with 3 shards, and decides the same."""
+    off = pq.read_table(runs["off1"][0] / "results/t/rollouts.parquet").to_pandas()
+    reward = np.full((TASKS, K), np.nan)
+    reward[off["task_index"], off["rollout_index"]] = off["reward"]
+    for key in ("bayes1", "bayes3"):
+        root = runs[key][0]
+        cfg = validate_config(yaml.safe_load((root / "run.yaml").read_text()))
+        priors = load_priors(root / "results/t/adaptive/prior.json")
+        tasks = pq.read_table(root / "results/t/materialize/tasks.parquet").to_pandas()
+        tasks = tasks.sort_values("task_index", ignore_index=True)
+        labels = tasks["label"].to_numpy(dtype=object)
+        audit = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+        k = tasks["num_repeats"].to_numpy(np.int64)
+        pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        while True:  # every missing result arrives before the next plan
+            records = Records(pos, idx, reward[pos, idx])
+            p = plan(settings_of(cfg), cfg.export, k, labels, records, priors, 1.0, audit)
+            new_pos, new_idx = p.missing(records)
+            if not len(new_pos):
+                break
+            pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
+        assert _pairs(root) == set(zip(pos.tolist(), idx.tolist(), strict=True)), key
+        kept = set(tasks["task_index"][p.keep].tolist())
+        assert _kept(root) == kept, key
 
 
 def test_a_finished_adaptive_run_reads_done_in_status(runs):

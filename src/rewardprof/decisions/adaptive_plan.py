@@ -126,11 +126,13 @@ def plan(
     priors: dict[str, MixturePrior | LabelPrior] | None = None,
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
+    binary: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
     config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
     single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
-    stopped early."""
+    stopped early; `binary`: per task, its label's rewards are 0/1 (default: `label_binary`
+    on `records`; a planner of some tasks only passes what the whole shard's records say)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and _uses_posterior(ex):
@@ -148,7 +150,11 @@ def plan(
     done = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     waiting = np.zeros(len(k), dtype=bool)
-    of_binary_label = label_binary(records, labels, settings.first, priors)
+    of_binary_label = (
+        label_binary(records, labels, settings.first, priors)
+        if binary is None
+        else np.asarray(binary, dtype=bool)
+    )
     audited = np.zeros(len(k), bool) if audit is None else np.asarray(audit, dtype=bool)
     while True:
         open_ = ~done & ~waiting

@@ -32,6 +32,7 @@ from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
 from rewardprof.stages.rollout.shard_tasks import missing_indices
+from rewardprof.stages.rollout.work import TaskPlanner
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import scan_journal
 
@@ -182,12 +183,14 @@ def shard_plan(
 def generate_rounds(
     run, settings: AdaptiveSettings, generate, priors: dict[str, MixturePrior] | None = None
 ) -> tuple[Plan, int]:
-    """Plan, sample what is missing (`generate(per-task index lists)` returns how many it
-    sent), replan, until nothing is missing; (the final plan, rollouts sent). `run` is the
-    shard's ShardRun; each round writes under its own journal writer id (a writer's segment
-    numbers restart at 0, so reusing one would overwrite its first segment)."""
+    """Sample every task's rounds, each planned when the task's previous one returned
+    (`generate(TaskPlanner)` returns how many rollouts it sent: stages/rollout/work.py), then
+    plan again from the journal, until nothing is missing; (the final plan, rollouts sent).
+    One pass samples everything; another one runs only if the journal lacks what was sampled.
+    `run` is the shard's ShardRun; each pass writes under its own journal writer id (a writer's
+    segment numbers restart at 0, so reusing one would overwrite its first segment)."""
     base, sent, previous = run.writer_id, 0, None
-    for round_no in itertools.count():
+    for pass_no in itertools.count():
         plan_, records = shard_plan(
             run.cfg, settings, run.tasks, run.journal_dir, run.gen_key, run.failed_here, priors
         )
@@ -195,9 +198,26 @@ def generate_rounds(
         if not any(todo):
             return plan_, sent
         if todo == previous:  # what was sampled did not reach the journal: never loop on it
-            raise RuntimeError(f"{base}: round {round_no} asks again for the same rollouts")
-        run.writer_id, previous = f"{base}-r{round_no}", todo
-        sent += generate(todo)
+            raise RuntimeError(f"{base}: pass {pass_no} asks again for the same rollouts")
+        run.writer_id, previous = f"{base}-r{pass_no}", todo
+        tasks = run.tasks
+        planner = TaskPlanner(
+            settings,
+            run.cfg.export,
+            tasks["num_repeats"].to_numpy(np.int64),
+            tasks["label"].to_numpy(dtype=object),
+            priors,
+            run.cfg.profile.pass_threshold,
+            audit_of(
+                tasks["task_id"].to_numpy(dtype=object),
+                tasks["label"].to_numpy(dtype=object),
+                priors,
+            ),
+            records,
+            plan_,
+            run.cfg.engine.max_n,
+        )
+        sent += generate(planner)
     raise AssertionError("unreachable")
 
 

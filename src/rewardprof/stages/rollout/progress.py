@@ -117,6 +117,14 @@ class Progress:
             )
         self.beat("running")
 
+    def add(self, n: int) -> None:
+        """`n` more rollouts to generate: adaptive sampling plans a task's next round when its
+        last one returned, so the total grows while the job runs."""
+        self.total += n
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
     def update(
         self, n: int, failed: int, tokens: int, kinds: Counter[str] | None = None, error=None
     ) -> None:

@@ -55,9 +55,9 @@ from rewardprof.stages.rollout.shard_tasks import (
     load_tasks,
     missing_indices,
     read_text,
-    request_units,
 )
 from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
+from rewardprof.stages.rollout.work import FixedWork, Results, TaskPlanner
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
 from rewardprof.store.record import journal_record
@@ -150,7 +150,7 @@ class ShardRun:
         ctx: VerifyContext,
         writer: JournalWriter,
         progress: Progress,
-    ) -> None:
+    ) -> Results:
         task_id, label = self._task_id[unit.pos], self._label[unit.pos]
         messages, row_json = self._text[unit.pos]
         seed0 = task_seed(self.cfg.sampling.seed, task_id)
@@ -178,6 +178,7 @@ class ShardRun:
         got = {c.index: c for c in result.choices}
         failed = tokens = 0
         kinds: Counter[str] = Counter()
+        results: Results = []
         for j, r in enumerate(unit.indices):
             rec = dict(base, rollout_index=r, seed=seed0 + r)
             choice = got.get(j)
@@ -210,7 +211,9 @@ class ShardRun:
                 self.failed_here.add((base["task_index"], r))
             self.counts[rec["status"]] += 1
             writer.append(rec)
+            results.append((r, rec["reward"] if rec["status"] == OK else float("nan")))
         progress.update(len(unit.indices), failed, tokens, kinds, result.detail)
+        return results
 
     def load_text(self, positions: list[int]) -> None:
         """messages + row JSON of the tasks at these positions (only those are read)."""
@@ -235,11 +238,11 @@ class ShardRun:
         cuts = np.flatnonzero(np.diff(group)) + 1
         return [part.tolist() for part in np.split(np.asarray(positions, dtype=np.int64), cuts)]
 
-    async def generate(self, missing: list[list[int]], progress: Progress) -> None:
+    async def generate(self, work: FixedWork | TaskPlanner, progress: Progress) -> None:
         r = self.cfg.rollout
         # text is read one row group at a time as the queue reaches it: the first request of a
         # resumed shard does not wait for the text of every task still missing rollouts
-        batches = iter(self._text_batches([pos for pos, m in enumerate(missing) if m]))
+        batches = iter(self._text_batches(work.positions()))
         queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
         writer = JournalWriter(
             self.journal_dir, self.writer_id, r.segment_interval_s, r.segment_max_records
@@ -269,12 +272,15 @@ class ShardRun:
 
                 async def worker() -> None:
                     while (unit := await queue.get()) is not None:
-                        await self._do_unit(unit, client, ctx, writer, progress)
+                        work.finished(
+                            unit, await self._do_unit(unit, client, ctx, writer, progress)
+                        )
 
                 async def feed() -> None:
-                    for unit in request_units(missing, self.cfg.engine.max_n):
+                    async for unit in work.units():
                         while unit.pos not in self._text:
-                            await asyncio.to_thread(self.load_text, next(batches))
+                            batch = next(batches, [unit.pos])
+                            await asyncio.to_thread(self.load_text, batch)
                         await queue.put(unit)
                     for _ in workers:
                         await queue.put(None)
@@ -345,18 +351,20 @@ def run_shard(
             expected = int(run.tasks["num_repeats"].sum())
             heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
 
-        def generate(todo_lists: list[list[int]]) -> int:
-            todo = sum(len(m) for m in todo_lists)
-            if todo:
+        def generate(work: list[list[int]] | TaskPlanner) -> int:
+            if isinstance(work, list):
+                work = FixedWork(work, cfg.engine.max_n)
+            if work.pending():
                 if run.endpoint is planned:  # the first rollout to generate: open the engine
                     run.endpoint = engine.enter_context(open_engine())
                 interval = cfg.rollout.progress_interval_s
-                progress = Progress(todo, shard_tag, interval, heartbeat=heartbeat)
+                progress = Progress(work.pending(), shard_tag, interval, heartbeat=heartbeat)
+                work.on_add = progress.add
                 try:
-                    asyncio.run(_with_sigterm(run.generate(todo_lists, progress)))
+                    asyncio.run(_with_sigterm(run.generate(work, progress)))
                 finally:
                     progress.close()
-            return todo
+            return work.sent
 
         if first_round is not None:
             return first_round_only(run, first_round, generate, Path(out_path))
