@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from rewardprof.manifest.load import validate_config
 from rewardprof.tools.fleet import sbatch_script
 
@@ -13,7 +15,7 @@ def _cfg(**engine):
         {
             "run": "x",
             "entries": [{"label": "m", "environment": "math", "source": "m.jsonl"}],
-            "engine": {"mode": "endpoint", **engine},
+            "engine": {"mode": "endpoint", "host": "0.0.0.0", **engine},
             "fleet": {"replicas": 3, "launcher": "slurm", "sbatch_args": ["--gpus-per-task=1"]},
         }
     )
@@ -29,3 +31,12 @@ def test_fleet_sbatch_script_runs_one_replica_per_task(tmp_path):
     assert srun[:4] == ["exec", "srun", "--kill-on-bad-exit=0", "bash"]
     inner = srun[-1]  # each task's own shell expands its rank
     assert inner.endswith('--rank "$SLURM_PROCID"') and " fleet serve --config " in inner
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "127.0.1.1"])
+def test_a_slurm_fleet_bound_to_loopback_is_refused_naming_the_fix(host):
+    """Its replicas run on compute nodes: a loopback URL would reach no rollout job elsewhere."""
+    with pytest.raises(Exception) as err:
+        _cfg(endpoints_file="results/x/fleet/endpoints.json", host=host)
+    assert f"engine.host: {host} with fleet.launcher slurm" in str(err.value)
+    assert "set engine.host: 0.0.0.0" in str(err.value)

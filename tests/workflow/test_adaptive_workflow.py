@@ -128,9 +128,17 @@ def test_bayes_samples_the_same_pairs_with_one_or_three_shards(runs):
     one, three = runs["bayes1"][0], runs["bayes3"][0]
     assert _pairs(one) == _pairs(three)
     assert _kept(one) == _kept(three)
-    for root, shards in ((one, 1), (three, 3)):  # each shard's rounds planned task by task
+
+
+def test_rounds_planned_task_by_task_sample_the_round_by_round_pairs(runs):
+    """The rollout jobs plan a task's next round when its last one returned (no barrier). On
+    the same rewards (the fixed-K run's: same seeds, same scripted answers) the round-by-round
+    planner, replayed here shard by shard with the run's own priors, asks for exactly the pairs
+    each bayes run sampled, with 1 and with 3 shards, and plans and decides the same."""
+    for key, shards in (("bayes1", 1), ("bayes3", 3)):
+        root = runs[key][0]
         want_pairs, want_plans = _round_synchronous(root, runs["off1"][0], shards)
-        assert _pairs(root) == want_pairs
+        assert _pairs(root) == want_pairs, key
         same_plans(_plans(root), want_plans)
 
 

@@ -243,6 +243,13 @@ class Config(StrictModel):
                 )
             if self.engine.base_url and self.engine.endpoints_file:
                 raise ValueError("engine.endpoints_file: give it or engine.base_url, not both")
+        loopback = self.engine.host in ("localhost", "::1") or self.engine.host.startswith("127.")
+        if self.fleet.launcher == "slurm" and loopback:
+            raise ValueError(
+                f"engine.host: {self.engine.host} with fleet.launcher slurm publishes an address "
+                "only the replica's own node reaches; set engine.host: 0.0.0.0 (published with "
+                "the node's host name)"
+            )
         share = self.export.target_share
         if share:
             unknown = sorted(set(share) - seen)

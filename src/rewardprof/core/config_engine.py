@@ -61,7 +61,8 @@ class Engine(StrictModel):
     $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
     host: str = "127.0.0.1"
     """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
-    keeps it private to the node)."""
+    keeps it private to the node). A fleet on Slurm needs 0.0.0.0: its replicas are published
+    with their node's host name for rollout jobs on other nodes."""
     models_dir: PlainPath = "resources/models"
     """Where builtin models are converted to (<dir>/<name>)."""
     stop_grace_s: PositiveFloat = 20

@@ -142,13 +142,13 @@ def plan(
     priors: dict[str, MixturePrior | LabelPrior] | None = None,
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
-    binary_labels: np.ndarray | None = None,
+    binary: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
     config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
     single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
-    stopped early; `binary_labels`: per task, its label's settled 0/1 flag (label_binary), for
-    a plan of some tasks of a label alone (else derived from `records`)."""
+    stopped early; `binary`: per task, its label's settled 0/1 flag (label_binary), for a plan
+    of some tasks of a label alone (else derived from `records`)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and _uses_posterior(ex):
@@ -166,10 +166,10 @@ def plan(
     done = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     waiting = np.zeros(len(k), dtype=bool)
-    if binary_labels is None:
+    if binary is None:
         of_binary_label, label_settled = label_binary(records, labels, k, settings.first, priors)
     else:
-        of_binary_label, label_settled = np.asarray(binary_labels, bool), np.ones(len(k), bool)
+        of_binary_label, label_settled = np.asarray(binary, bool), np.ones(len(k), bool)
     audited = np.zeros(len(k), bool) if audit is None else np.asarray(audit, dtype=bool)
     while True:
         open_ = ~done & ~waiting

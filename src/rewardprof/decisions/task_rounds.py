@@ -143,7 +143,7 @@ class TaskRounds:
             self._priors,
             self._pass_threshold,
             self._audit[rows],
-            binary_labels=self._binary[rows],
+            binary=self._binary[rows],
         )
         self.planned[rows], self.done[rows], self.keep[rows] = part.planned, part.done, part.keep
         asks: dict[int, list[int]] = {}

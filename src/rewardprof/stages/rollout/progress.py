@@ -117,6 +117,14 @@ class Progress:
             )
         self.beat("running")
 
+    def add(self, n: int) -> None:
+        """`n` more rollouts to generate: adaptive sampling plans a task's next round when its
+        last one returned, so the total grows while the job runs."""
+        self.total += n
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
     def update(
         self, n: int, failed: int, tokens: int, kinds: Counter[str] | None = None, error=None
     ) -> None:
@@ -133,14 +141,6 @@ class Progress:
             self._bar.set_postfix(
                 tok_s=f"{self.tokens / elapsed:.0f}", failed=self.failed, refresh=False
             )
-
-    def grow_to(self, total: int) -> None:
-        """The rollouts asked for so far (adaptive rounds ask for more as results return)."""
-        if total > self.total:
-            self.total = total
-            if self._bar is not None:
-                self._bar.total = total
-                self._bar.refresh()
 
     async def ticking(self) -> None:
         """Every interval: the log line, the heartbeat and the run's line (cancel to stop)."""

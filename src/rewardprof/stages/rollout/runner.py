@@ -266,11 +266,13 @@ class ShardRun:
                         returned.set()
 
                 async def feed() -> None:
-                    asked = 0
+                    taken = 0
                     while True:
                         units = work.take()
-                        asked += sum(len(u.indices) for u in units)
-                        progress.grow_to(asked)
+                        count = sum(len(u.indices) for u in units)
+                        if taken:  # the first take is the total `progress` started with
+                            progress.add(count)
+                        taken += count
                         for unit in units:
                             await self._read_text_for(unit.pos, batches)
                             await queue.put(unit)
