@@ -70,11 +70,14 @@ class TaskPlanner:
         records: Records,
         plan_: Plan,
         max_n: int,
+        prior_keys: np.ndarray | None = None,
     ):
         self.settings, self.ex, self.priors = settings, ex, priors
         self.k = np.asarray(num_repeats, dtype=np.int64)
         self.labels = np.asarray(labels, dtype=object)
         self.pass_threshold, self.max_n = pass_threshold, max_n
+        # per task, the key of its prior (a warm-started task's own: decisions/warm_start.py)
+        self.prior_keys = None if prior_keys is None else np.asarray(prior_keys, dtype=object)
         self.audit = np.zeros(len(self.k), bool) if audit is None else np.asarray(audit, bool)
         self.results: list[dict[int, float]] = [{} for _ in range(len(self.k))]
         for p, r, v in zip(
@@ -156,6 +159,7 @@ class TaskPlanner:
             self.pass_threshold,
             self.audit[at],
             self.binary[at],
+            None if self.prior_keys is None else self.prior_keys[at],
         )
         local, idx = sub.missing(records)
         self._enqueue(at[local].tolist(), idx.tolist())
