@@ -8,7 +8,8 @@ draw in every mode). Modes, run through the package's planner with the audit sam
 least 30 tasks per label) as a run has it:
 
 * fixed K = 16 on the new checkpoint: the reference decisions;
-* bayes (delta 0.02, first round of min_rollouts = 4, 3 or 2, rounds of 2) without the earlier profile;
+* bayes (delta 0.02, a first round of min_rollouts = 4, 3 or 2, rounds of 2) without the
+  earlier profile;
 * bayes with it (rewardprof.decisions.warm_start: every task matched; the drift fitted on the
   first round).
 

@@ -209,9 +209,9 @@ def warm_priors(
     labels = np.asarray(labels, dtype=object)
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
+    pairs = zip(task_ids, labels, strict=True)
     matched = np.array(
-        [str(t) in earlier and bool(label_priors[lbl].binary) for t, lbl in zip(task_ids, labels)],
-        dtype=bool,
+        [str(t) in earlier and bool(label_priors[lbl].binary) for t, lbl in pairs], dtype=bool
     )
     if not matched.any():
         return PriorSet(label_priors), None

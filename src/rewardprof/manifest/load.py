@@ -17,6 +17,7 @@ from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
 from rewardprof.core.limits import MAX_CONFIG_DEPTH, config_problem
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
+from rewardprof.decisions.warm_start import EARLIER_COLUMNS
 from rewardprof.environments import get_environment_class, known_environments
 
 # a generator source (core/config.py GeneratorSource) -> the package that generates its tasks
@@ -72,8 +73,6 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
 def check_warm_start(path: str, origin: str) -> None:
     """ConfigError (one line) unless `path` is a Parquet file with a profile's columns."""
     import pyarrow.parquet as pq  # lazy: only a warm-started run reads Parquet here
-
-    from rewardprof.decisions.warm_start import EARLIER_COLUMNS
 
     where = f"{origin}: adaptive.warm_start: {path}"
     want = "give an earlier run's results/<run>/profile/tasks.parquet"

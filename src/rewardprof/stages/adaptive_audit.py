@@ -20,8 +20,8 @@ from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK
 from rewardprof.decisions.adaptive_plan import Records, plan
 from rewardprof.decisions.audit import audit_of, audit_report
-from rewardprof.stages import StagePaths, StageReport
 from rewardprof.decisions.warm_start import prior_keys_of
+from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
 
 log = logging.getLogger(__name__)
