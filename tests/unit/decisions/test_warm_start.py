@@ -16,7 +16,6 @@ from rewardprof.decisions.warm_start import (
     PriorSet,
     drift_matrix,
     earlier_grids,
-    fit_drift,
     prior_keys_of,
     warm_key,
     warm_priors,
