@@ -20,7 +20,8 @@ matched task's first-round passes, maximised over a fixed grid): a checkpoint th
 lot gets a large tau or leak and its earlier profile counts for less. As the label priors, the
 fit is not taken as known: the stopping test (decisions/robust_stop.py) must hold under the
 drifts the first round cannot rule out (log-likelihood within LIKELIHOOD_SLACK of the best),
-represented by the corners of that set. Unmatched tasks keep their label's prior.
+represented by the corners of that set (and, at its largest leak, by the label priors the
+first round cannot rule out). Unmatched tasks keep their label's prior.
 
 Everything here is a deterministic function of the earlier profile's counts and this run's
 first round: no randomness, grid search instead of an optimiser.
@@ -138,6 +139,19 @@ def warm_weights(
     return (1.0 - leak) * moved + leak * label_prior.w
 
 
+def bayes_warm_labels(priors: PriorSet, task_ids, labels) -> set[str]:
+    """The labels some of whose tasks are warm-started under the bayes test (their audit
+    sample must cover them, also where the label's own prior takes the exact test)."""
+    keys = prior_keys_of(task_ids, labels, priors)
+    if keys is None:
+        return set()
+    return {
+        str(lbl)
+        for lbl, key in zip(labels, keys, strict=True)
+        if key != lbl and priors[key].stop_mode == "bayes"
+    }
+
+
 def fit_drift(
     keys: list[tuple[str, int, int]],
     earlier: dict[str, GridPrior],
@@ -225,11 +239,17 @@ def warm_priors(
     points = {lbl: p.point for lbl, p in label_priors.items()}
     drift = fit_drift(keys, grids, points, [index[s] for s in state], n[at], c[at])
     out = dict(label_priors)
+    most_leak = max(e for _, e in drift.candidates)
     for lbl, k0, p0 in keys:
         base = label_priors[lbl]
+        # the drift's corners with the label's fit; at the largest leak also with the label
+        # priors its first round cannot rule out (decisions/label_prior.py)
+        mixes = [(t, e, base.point) for t, e in drift.candidates]
+        if most_leak > 0:
+            mixes += [(drift.tau, most_leak, other) for other in base.candidates[1:]]
         cands = tuple(
-            GridPrior(tuple(float(v) for v in warm_weights(grids[lbl], k0, p0, base.point, t, e)))
-            for t, e in drift.candidates
+            GridPrior(tuple(float(v) for v in warm_weights(grids[lbl], k0, p0, fresh, t, e)))
+            for t, e, fresh in mixes
         )
         mode = "bayes" if drift.tasks >= min_tasks else "exact"
         out[warm_key(lbl, k0, p0)] = replace(base, source=SOURCE, stop_mode=mode, candidates=cands)

@@ -14,6 +14,7 @@ from rewardprof.decisions.grid_prior import GRID
 from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.warm_start import (
     PriorSet,
+    bayes_warm_labels,
     drift_matrix,
     earlier_grids,
     prior_keys_of,
@@ -132,7 +133,9 @@ def test_warm_priors_key_matched_tasks_and_leave_the_rest_on_their_label():
     assert drift.tasks == 100
     for key in set(keys[:200:2]):
         assert priors[key].source == "warm" and priors[key].stop_mode == "bayes"
-        assert len(priors[key].candidates) == len(drift.candidates)
+        # the drift's corners, and at the largest leak the label's own candidates
+        extra = len(base["a"].candidates) - 1 if max(e for _, e in drift.candidates) else 0
+        assert len(priors[key].candidates) == len(drift.candidates) + extra
     few, _ = warm_priors(ids, labels, n, c, base, earlier, min_tasks=101)
     assert {few[k].stop_mode for k in set(keys[:200:2])} == {"exact"}
     assert prior_keys_of(ids, labels, PriorSet(base)) is None
@@ -187,3 +190,19 @@ def test_config_warm_start_bad_path_is_one_line_naming_the_key(tmp_path):
     assert validate_config(_config(tmp_path, warm_start=str(good))).adaptive.warm_start == str(good)
     with pytest.raises(ConfigError, match=r"adaptive\.warm_start: needs adaptive\.mode bayes"):
         validate_config(_config(tmp_path, mode="exact", warm_start=str(good)))
+
+
+def test_a_small_labels_warm_started_tasks_take_bayes_and_are_audited():
+    """A label of 20 tasks takes the exact test on its own; its matched tasks, with the drift
+    fitted on every matched task, take bayes, so the label is in the audit's reach."""
+    c0, c = _checkpoints(0.5, tasks=220)
+    labels = np.array(["big"] * 200 + ["small"] * 20, dtype=object)
+    ids = np.array([f"t{i}" for i in range(220)], dtype=object)
+    n = np.full(220, 4)
+    base = fit_label_priors(n, c, labels, {"big": True, "small": True}, replicates=0)
+    assert base["small"].stop_mode == "exact"
+    earlier = {str(ids[i]): (K, int(c0[i])) for i in range(220)}
+    priors, _ = warm_priors(ids, labels, n, c, base, earlier)
+    assert bayes_warm_labels(priors, ids, labels) == {"big", "small"}
+    assert priors["small"].stop_mode == "exact"  # an unmatched task of it still is exact
+    assert bayes_warm_labels(PriorSet(base), ids, labels) == set()

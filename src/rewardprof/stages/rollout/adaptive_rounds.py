@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.decisions.warm_start import (
     EARLIER_COLUMNS,
     PriorSet,
+    bayes_warm_labels,
     prior_keys_of,
     warm_priors,
 )
@@ -125,6 +127,8 @@ def stopping_priors(
         ids = tasks["task_id"].to_numpy(dtype=object)
         earlier = earlier_counts(Path(cfg.adaptive.warm_start))
         fitted, drift = warm_priors(ids, labels, n, c, fitted, earlier)
+        for lbl in bayes_warm_labels(fitted, ids, labels):  # audited although exact on its own
+            fitted[lbl] = replace(fitted[lbl], audit_share=shares[lbl])
         warm = {
             "profile": cfg.adaptive.warm_start,
             "earlier_tasks": len(earlier),
