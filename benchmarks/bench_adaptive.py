@@ -4,6 +4,8 @@
     python benchmarks/bench_adaptive.py --small    # smoke size: one result line
     python benchmarks/bench_adaptive.py --scenarios   # small labels, pooled shapes, drift,
                                                       # off-family, partial credit + the audit
+    python benchmarks/bench_adaptive.py --warm-start  # a new checkpoint, warm-started from the
+                                                      # earlier one's profile (K = 16)
 
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
@@ -51,9 +53,11 @@ from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
 
 try:  # run as a script: benchmarks/ is on sys.path
+    import warm_start_scenarios as warm
     from adaptive_scenarios import SCENARIOS
     from adaptive_scenarios import simulate as simulate_scenario
 except ImportError:  # imported as benchmarks.bench_adaptive
+    from benchmarks import warm_start_scenarios as warm
     from benchmarks.adaptive_scenarios import SCENARIOS
     from benchmarks.adaptive_scenarios import simulate as simulate_scenario
 
@@ -153,9 +157,13 @@ def main() -> None:
         ap.add_argument(flag, type=kind, default=default)
     ap.add_argument("--small", action="store_true", help="smoke size (2,000 tasks), one line")
     ap.add_argument("--scenarios", action="store_true", help="adaptive_scenarios.py's table")
+    ap.add_argument("--warm-start", action="store_true", help="warm_start_scenarios.py's table")
     args = ap.parse_args()
     if args.scenarios:
         print_scenarios(args.seed)
+        return
+    if args.warm_start:
+        print_warm_start(2_000 if args.small else args.tasks, args.seed)
         return
     tasks = 2_000 if args.small else args.tasks
     t0 = time.perf_counter()
@@ -205,6 +213,26 @@ def print_scenarios(seed: int) -> None:
             f"| {r['true_in_interval']} |",
             flush=True,
         )
+
+
+def print_warm_start(tasks: int, seed: int) -> None:
+    """bayes with and without the earlier checkpoint's profile, one markdown row each."""
+    print(
+        "| earlier shape | drift sd | min_rollouts | mode | agreement with fixed K "
+        "| share of rollouts | fitted drift (tau, leak) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for i, shape in enumerate(warm.SHAPES):
+        for j, sd in enumerate(warm.DRIFTS):
+            for first in warm.FIRSTS:
+                for r in warm.simulate(shape, sd, tasks, seed + 10 * i + j, first):
+                    d = r["drift"]
+                    fitted = f"{d['tau']}, {d['leak']}" if d else "-"
+                    print(
+                        f"| {shape} | {sd} | {first} | {r['mode']} "
+                        f"| {r['agreement'] * 100:.2f} % | {r['share_rollouts']:.3f} | {fitted} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

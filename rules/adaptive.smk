@@ -31,6 +31,8 @@ rule adaptive_prior:
         tasks=LAYOUT.tasks,
         first_rounds=expand(LAYOUT.first_round("{i}"), i=range(CFG.num_shards)),
         cfg=LAYOUT.stage_config("rollout"),
+        # adaptive.warm_start: a new earlier profile refits the priors
+        warm=[CFG.adaptive.warm_start] if CFG.adaptive.warm_start else [],
     output:
         prior=LAYOUT.adaptive_prior,
     params:

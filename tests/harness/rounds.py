@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.config import Config
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
 from rewardprof.decisions.audit import audit_of
+from rewardprof.decisions.warm_start import prior_keys_of
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
 
 
@@ -25,13 +26,16 @@ def round_synchronous(
     priors: dict | None = None,
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
+    prior_keys: np.ndarray | None = None,
 ) -> tuple[set[tuple[int, int]], Plan]:
     """(the (task position, rollout index) pairs sampled, the final plan); `rewards[pos, r]`:
-    rollout r of task pos's reward (NaN: it failed)."""
+    rollout r of task pos's reward (NaN: it failed); the other arguments as `plan` takes
+    them."""
+    args = (settings, ex, num_repeats, labels)
     pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)
     while True:
         records = Records(pos, idx, rewards[pos, idx])
-        p = plan(settings, ex, num_repeats, labels, records, priors, pass_threshold, audit)
+        p = plan(*args, records, priors, pass_threshold, audit, prior_keys=prior_keys)
         new_pos, new_idx = p.missing(records)
         if not len(new_pos):
             return set(zip(pos.tolist(), idx.tolist(), strict=True)), p
@@ -55,9 +59,10 @@ def shards_round_synchronous(
         index = tasks["task_index"].to_numpy()
         table = np.array([[reward[(t, r)] for r in range(int(k.max()))] for t in index])
         audit = audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+        keys = prior_keys_of(tasks["task_id"], labels, priors)
         threshold = cfg.profile.pass_threshold
         got, p = round_synchronous(
-            settings_of(cfg), cfg.export, k, labels, table, priors, threshold, audit
+            settings_of(cfg), cfg.export, k, labels, table, priors, threshold, audit, keys
         )
         pairs |= {(int(index[t]), r) for t, r in got}
         columns = {"planned": p.planned, "stopped_early": p.stopped_early, "keep": p.keep}

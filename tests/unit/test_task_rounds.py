@@ -30,10 +30,14 @@ PRIORS = {
         "b": LabelPrior(**{**_FITTED.__dict__, "binary": False, "stop_mode": "exact"}),
     },
 }
+# warm start: some tasks of label a have a prior of their own, one that expects passes
+_WARM = fit_label_priors(np.full(40, 4), np.full(40, 4), np.full(40, "a"), {"a": True})
+PRIORS["warm"] = {**PRIORS["label"], "a-warm": _WARM["a"]}
 CASES = {
     "exact": (EXACT, None),
     "bayes-mixture": (BAYES, PRIORS["mixture"]),
     "bayes-label": (BAYES, PRIORS["label"]),
+    "bayes-warm": (BAYES, PRIORS["warm"]),
 }
 
 
@@ -41,9 +45,16 @@ def _audit(case: str, n: int) -> np.ndarray | None:
     return (np.arange(n) % 4 == 0) if case == "bayes-label" else None
 
 
+def _keys(case: str, labels: np.ndarray) -> np.ndarray | None:
+    if case != "bayes-warm":
+        return None
+    return np.where((labels == "a") & (np.arange(len(labels)) % 2 == 0), "a-warm", labels)
+
+
 def round_synchronous(case: str, rewards, k, labels) -> tuple[set, object]:
     settings_, priors = CASES[case]
-    return reference(settings_, Export(), k, labels, rewards, priors, 1.0, _audit(case, len(k)))
+    audit, keys = _audit(case, len(k)), _keys(case, labels)
+    return reference(settings_, Export(), k, labels, rewards, priors, 1.0, audit, keys)
 
 
 def no_barrier(case, rewards, k, labels, pick, journaled=()) -> tuple[set, object, set]:
@@ -58,7 +69,8 @@ def no_barrier(case, rewards, k, labels, pick, journaled=()) -> tuple[set, objec
         np.array([r for _, r in start], np.int64),
         np.array([rewards[p, r] for p, r in start], float),
     )
-    rounds = TaskRounds(settings_, Export(), k, labels, records, priors, 1.0, _audit(case, len(k)))
+    audit, keys = _audit(case, len(k)), _keys(case, labels)
+    rounds = TaskRounds(settings_, Export(), k, labels, records, priors, 1.0, audit, keys)
     outstanding: list[tuple[int, int]] = []
     asked, returned = set(), set(journaled)
     while True:

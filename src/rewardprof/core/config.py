@@ -199,6 +199,10 @@ class Adaptive(StrictModel):
     num_repeats, so the run measures its own agreement (adaptive/audit.json)."""
     audit_min_tasks: NonNegativeInt = 30
     """bayes: audit at least this many tasks per label (at most all of them)."""
+    warm_start: str | None = None
+    """bayes: an earlier run's profile/tasks.parquet (e.g. the previous checkpoint's) of the
+    same tasks: a task matched by task_id gets a prior from its earlier rewards, trusted as far
+    as the first round says the policy did not move (docs/adaptive.md)."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -266,6 +270,8 @@ class Config(StrictModel):
         lo, hi = self.export.min_pass_rate, self.export.max_pass_rate
         if lo is not None and hi is not None and lo > hi:
             raise ValueError("export.min_pass_rate: greater than export.max_pass_rate")
+        if self.adaptive.warm_start and self.adaptive.mode != "bayes":
+            raise ValueError("adaptive.warm_start: needs adaptive.mode bayes")
         posterior_rules = (self.export.min_expected_signal, self.export.min_signal_probability)
         if self.adaptive.mode == "exact" and any(r is not None for r in posterior_rules):
             raise ValueError(

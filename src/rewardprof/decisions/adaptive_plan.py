@@ -143,12 +143,15 @@ def plan(
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
     binary: np.ndarray | None = None,
+    prior_keys: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
     config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
     single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
     stopped early; `binary`: per task, its label's settled 0/1 flag (label_binary), for a plan
-    of some tasks of a label alone (else derived from `records`)."""
+    of some tasks of a label alone (else derived from `records`); `prior_keys`: per task, the
+    key of its prior in `priors` (default its label; a warm-started task's own key:
+    decisions/warm_start.py)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and _uses_posterior(ex):
@@ -158,6 +161,7 @@ def plan(
         )
     k = np.asarray(num_repeats, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
+    keys = labels if prior_keys is None else np.asarray(prior_keys, dtype=object)
     if settings.mode == "bayes" or _uses_posterior(ex):
         for label in pd.unique(labels):
             if label not in (priors or {}):
@@ -182,10 +186,10 @@ def plan(
         test = open_ & ready
         at_k = n_t >= k
         state = (n_ok, passes, distinct, binary)
-        settled, kept = _settled(settings, ex, k, labels, priors, *state, test & ~at_k)
+        settled, kept = _settled(settings, ex, k, (labels, keys), priors, *state, test & ~at_k)
         # at K: the rules' decision on what the task has (as the export decides it)
         _, kept_at_k = _settled(
-            replace(settings, mode="exact"), ex, k, labels, priors, *state, test & at_k
+            replace(settings, mode="exact"), ex, k, (labels, keys), priors, *state, test & at_k
         )
         kept = np.where(at_k, kept_at_k, kept)
         settled &= ~audited  # audited: always to K
@@ -197,15 +201,17 @@ def plan(
     return Plan(n_t, done, done & (n_t < k), keep)
 
 
-def _settled(settings, ex, k, labels, priors, n_ok, passes, distinct, binary, test):
+def _settled(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, test):
     """(settled, keep) for the tasks in `test` (other entries are False), computed once per
-    distinct state (label, K, ok rollouts, passes, variance, 0/1 rewards)."""
+    distinct state (prior key, K, ok rollouts, passes, variance, 0/1 rewards); `labels_keys`:
+    per task its label and the key of its prior (a key belongs to one label)."""
+    labels, keys = labels_keys
     settled = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     rows = np.flatnonzero(test)
     if not len(rows):
         return settled, keep
-    label_code = pd.factorize(labels[rows])[0].astype(np.int64)
+    label_code = pd.factorize(keys[rows])[0].astype(np.int64)
     width = int(k.max()) + 1
     key = label_code
     for part in (k[rows], n_ok[rows], passes[rows]):
@@ -215,23 +221,25 @@ def _settled(settings, ex, k, labels, priors, n_ok, passes, distinct, binary, te
     codes = codes.reshape(-1)
     reps = rows[first]  # one task per distinct state
     s_rep, k_rep = _settled_states(
-        settings, ex, k, labels, priors, n_ok, passes, distinct, binary, reps
+        settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, reps
     )
     settled[rows] = s_rep[codes]
     keep[rows] = k_rep[codes]
     return settled, keep
 
 
-def _settled_states(settings, ex, k, labels, priors, n_ok, passes, distinct, binary, reps):
+def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, reps):
     """(settled, keep) per representative task (arrays aligned with reps)."""
+    labels, keys = labels_keys
     settled = np.zeros(len(reps), dtype=bool)
     keep = np.zeros(len(reps), dtype=bool)
-    for label in pd.unique(labels[reps]):
-        at = np.flatnonzero(labels[reps] == label)
+    for key in pd.unique(keys[reps]):
+        at = np.flatnonzero(keys[reps] == key)
         rows = reps[at]
-        prior = (priors or {}).get(label)
+        label = labels[rows[0]]
+        prior = (priors or {}).get(key)
         if (settings.mode == "bayes" or _uses_posterior(ex)) and prior is None:
-            raise ValueError(f"adaptive: no prior for label {label!r}")
+            raise ValueError(f"adaptive: no prior for label {key!r}")
         post_fn = None
         if _uses_posterior(ex):
             post_fn = posterior_fn_for(

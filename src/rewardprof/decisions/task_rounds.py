@@ -24,8 +24,8 @@ from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, 
 
 class TaskRounds:
     """Each task's plan, advanced task by task (see the module doc). `records`: the results
-    known at the start (a rerun's journal); `ex`, `priors`, `pass_threshold`, `audit`: as
-    `plan` takes them."""
+    known at the start (a rerun's journal); `ex`, `priors`, `pass_threshold`, `audit`,
+    `prior_keys`: as `plan` takes them."""
 
     def __init__(
         self,
@@ -37,8 +37,11 @@ class TaskRounds:
         priors: dict | None = None,
         pass_threshold: float = 1.0,
         audit: np.ndarray | None = None,
+        prior_keys: np.ndarray | None = None,
     ):
         self._settings, self._ex, self._priors = settings, ex, priors
+        # per task, the key of its prior (a warm-started task's own: decisions/warm_start.py)
+        self._prior_keys = None if prior_keys is None else np.asarray(prior_keys, dtype=object)
         self._pass_threshold = pass_threshold
         self._k = np.asarray(num_repeats, dtype=np.int64)
         self._labels = np.asarray(labels, dtype=object)
@@ -144,6 +147,7 @@ class TaskRounds:
             self._pass_threshold,
             self._audit[rows],
             binary=self._binary[rows],
+            prior_keys=None if self._prior_keys is None else self._prior_keys[rows],
         )
         self.planned[rows], self.done[rows], self.keep[rows] = part.planned, part.done, part.keep
         asks: dict[int, list[int]] = {}

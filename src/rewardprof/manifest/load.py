@@ -17,6 +17,7 @@ from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
 from rewardprof.core.limits import MAX_CONFIG_DEPTH, config_problem
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
+from rewardprof.decisions.warm_start import EARLIER_COLUMNS
 from rewardprof.environments import get_environment_class, known_environments
 
 # a generator source (core/config.py GeneratorSource) -> the package that generates its tasks
@@ -64,7 +65,26 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
     for i, e in enumerate(cfg.entries):
         _check_packages(i, e)
+    if cfg.adaptive.warm_start:
+        check_warm_start(cfg.adaptive.warm_start, origin)
     return cfg
+
+
+def check_warm_start(path: str, origin: str) -> None:
+    """ConfigError (one line) unless `path` is a Parquet file with a profile's columns."""
+    import pyarrow.parquet as pq  # lazy: only a warm-started run reads Parquet here
+
+    where = f"{origin}: adaptive.warm_start: {path}"
+    want = "give an earlier run's results/<run>/profile/tasks.parquet"
+    try:
+        names = set(pq.read_schema(path).names)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file; {want}") from None
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{where}: not a Parquet file ({type(exc).__name__}); {want}") from None
+    missing = [c for c in EARLIER_COLUMNS if c not in names]
+    if missing:
+        raise ConfigError(f"{where}: no column(s) {', '.join(missing)}; {want}")
 
 
 def _check_packages(i: int, entry: Entry) -> None:

@@ -20,6 +20,7 @@ from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK
 from rewardprof.decisions.adaptive_plan import Records, plan
 from rewardprof.decisions.audit import audit_of, audit_report
+from rewardprof.decisions.warm_start import prior_keys_of
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
 
@@ -46,8 +47,9 @@ def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: 
         audited = np.zeros(len(tasks), dtype=bool)
     k = tasks["num_repeats"].to_numpy(np.int64)
     args = (settings, cfg.export, k, labels, records, priors, cfg.profile.pass_threshold)
-    with_audit = plan(*args, audited)
-    replayed = plan(*args)
+    keys = prior_keys_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
+    with_audit = plan(*args, audited, prior_keys=keys)
+    replayed = plan(*args, prior_keys=keys)
     return audit_report(
         labels,
         audited & with_audit.done,

@@ -18,6 +18,7 @@ stopped at without the config.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,13 @@ from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.decisions.task_rounds import TaskRounds
+from rewardprof.decisions.warm_start import (
+    EARLIER_COLUMNS,
+    PriorSet,
+    bayes_warm_labels,
+    prior_keys_of,
+    warm_priors,
+)
 from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
 from rewardprof.store.collected import resolve
@@ -104,9 +112,10 @@ def fit_priors(
 
 def stopping_priors(
     cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
-) -> dict[str, dict]:
+) -> tuple[dict[str, dict], dict | None]:
     """Each label's LabelPrior (decisions/label_prior.py) on the first round, with the share of
-    its tasks in the audit sample (decisions/audit.py)."""
+    its tasks in the audit sample (decisions/audit.py); with adaptive.warm_start, the warm keys'
+    priors too, and the warm start's record (task_id -> key, the fitted drift)."""
     n, c, binary = first_round_counts(cfg, tasks, journal_dir, gen_key)
     labels = tasks["label"].to_numpy(dtype=object)
     mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
@@ -114,7 +123,31 @@ def stopping_priors(
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
     fitted = with_audit_shares(fitted, shares)
-    return {lbl: p.as_dict() for lbl, p in fitted.items()}
+    warm = None
+    if cfg.adaptive.warm_start:
+        ids = tasks["task_id"].to_numpy(dtype=object)
+        earlier = earlier_counts(Path(cfg.adaptive.warm_start))
+        fitted, drift = warm_priors(ids, labels, n, c, fitted, earlier)
+        for lbl in bayes_warm_labels(fitted, ids, labels):  # audited although exact on its own
+            fitted[lbl] = replace(fitted[lbl], audit_share=shares[lbl])
+        warm = {
+            "profile": cfg.adaptive.warm_start,
+            "earlier_tasks": len(earlier),
+            "matched": len(fitted.task_keys),
+            "drift": drift.as_dict() if drift else None,
+            "task_keys": fitted.task_keys,
+        }
+    return {lbl: p.as_dict() for lbl, p in fitted.items()}, warm
+
+
+def earlier_counts(path: Path) -> dict[str, tuple[int, int]]:
+    """task_id -> (num_rollouts, num_passed) of an earlier profile's tasks with rollouts."""
+    prof = pq.read_table(path, columns=list(EARLIER_COLUMNS)).to_pandas()
+    prof = prof[prof["num_rollouts"] > 0]
+    return {
+        str(t): (int(n), int(c))
+        for t, n, c in zip(prof["task_id"], prof["num_rollouts"], prof["num_passed"], strict=True)
+    }
 
 
 def write_priors(cfg: Config, paths: StagePaths) -> dict:
@@ -129,19 +162,24 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
         "gen_key": key,
         "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
     }
-    result["label_priors"] = stopping_priors(cfg, tasks, paths.need("journal"), key)
+    result["label_priors"], warm = stopping_priors(cfg, tasks, paths.need("journal"), key)
+    if warm is not None:
+        result["warm_start"] = warm
     write_json_atomic(paths.need("out"), result)
     return result
 
 
 def load_priors(path: Path | None) -> dict[str, LabelPrior | MixturePrior] | None:
-    """The priors adaptive-prior wrote (None: no file given): LabelPriors, or the single
-    profile-family prior per label of a file written before they existed."""
+    """The priors adaptive-prior wrote (None: no file given): LabelPriors (a PriorSet, with
+    the warm start's task keys), or the single profile-family prior per label of a file
+    written before they existed."""
     if path is None:
         return None
     data = json.loads(path.read_text())
     if "label_priors" in data:
-        return {lbl: LabelPrior.from_dict(d) for lbl, d in data["label_priors"].items()}
+        keys = (data.get("warm_start") or {}).get("task_keys")
+        priors = {lbl: LabelPrior.from_dict(d) for lbl, d in data["label_priors"].items()}
+        return PriorSet(priors, keys)
     return {label: MixturePrior.from_dict(d) for label, d in data["labels"].items()}
 
 
@@ -171,6 +209,7 @@ def _plan_inputs(cfg: Config, tasks: pd.DataFrame, priors) -> dict:
         "priors": priors,
         "pass_threshold": cfg.profile.pass_threshold,
         "audit": audit_of(tasks["task_id"].to_numpy(dtype=object), labels, priors),
+        "prior_keys": prior_keys_of(tasks["task_id"], labels, priors),
     }
 
 

@@ -1,0 +1,98 @@
+"""Warm start, simulated: bayes on a new checkpoint with the previous checkpoint's profile.
+
+Per task a true pass rate p under the earlier checkpoint (the bench's 50 % p = 0 / 20 % p = 1 /
+30 % uniform shape, and Beta(0.5, 0.5)), its earlier profile: K = 16 Bernoulli(p) rollouts;
+the new checkpoint's pass rate moves on the logit scale, logit p' = logit p + N(0, s^2) (p = 0
+and p = 1 stay), and the new run's rollouts are K = 16 Bernoulli(p') draws (rollout r the same
+draw in every mode). Modes, run through the package's planner with the audit sample (3 %, at
+least 30 tasks per label) as a run has it:
+
+* fixed K = 16 on the new checkpoint: the reference decisions;
+* bayes (delta 0.02, a first round of min_rollouts = 4, 3 or 2, rounds of 2) without the
+  earlier profile;
+* bayes with it (rewardprof.decisions.warm_start: every task matched; the drift fitted on the
+  first round).
+
+Reported: agreement with fixed K, share of fixed-K rollouts used, the fitted drift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rewardprof.core.config import Export
+from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
+from rewardprof.decisions.label_prior import fit_label_priors
+from rewardprof.decisions.warm_start import prior_keys_of, warm_priors
+
+K = 16
+FIRSTS = (4, 3, 2)  # adaptive.min_rollouts: the first round
+AT_K = AdaptiveSettings("exact", first=K, round_size=2, group_size=8)
+
+
+def _mix(rng, size):
+    u = rng.random(size)
+    return np.where(u < 0.5, 0.0, np.where(u < 0.7, 1.0, rng.random(size)))
+
+
+SHAPES = {
+    "50/20/30 mix": _mix,
+    "Beta(0.5, 0.5)": lambda rng, size: rng.beta(0.5, 0.5, size),
+}
+DRIFTS = (0.5, 1.0)
+
+
+def moved(rng, p: np.ndarray, sd: float) -> np.ndarray:
+    """logit p' = logit p + N(0, sd^2); p = 0 and p = 1 stay."""
+    with np.errstate(divide="ignore"):
+        logit = np.log(p) - np.log1p(-p)
+    later = 1.0 / (1.0 + np.exp(-(logit + rng.normal(0.0, sd, len(p)))))
+    return np.where((p == 0) | (p == 1), p, later)
+
+
+def _loop(settings, rewards, labels, priors, audited, keys):
+    k = np.full(len(rewards), K)
+    pos = idx = np.zeros(0, np.int64)
+    while True:
+        rec = Records(pos, idx, rewards[pos, idx])
+        out = plan(settings, Export(), k, labels, rec, priors, 1.0, audited, prior_keys=keys)
+        if out.done.all():
+            return out
+        a, b = out.missing(rec)
+        pos, idx = np.concatenate([pos, a]), np.concatenate([idx, b])
+
+
+def simulate(shape: str, sd: float, tasks: int, seed: int, first: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    p = SHAPES[shape](rng, tasks)
+    earlier = (rng.random((tasks, K)) < p[:, None]).sum(axis=1)
+    rewards = (rng.random((tasks, K)) < moved(rng, p, sd)[:, None]).astype(float)
+    labels = np.full(tasks, "a", dtype=object)
+    ids = np.array([f"task-{i}" for i in range(tasks)], dtype=object)
+    every = np.repeat(np.arange(tasks), K), np.tile(np.arange(K), tasks)
+    fixed = plan(AT_K, Export(), np.full(tasks, K), labels, Records(*every, rewards[every])).keep
+    settings = AdaptiveSettings("bayes", first=first, round_size=2, delta=0.02, group_size=8)
+    n, c = np.full(tasks, first), (rewards[:, :first] >= 1).sum(axis=1)
+    base = fit_label_priors(n, c, labels, {"a": True})
+    base = with_audit_shares(base, audit_shares({"a": tasks}))
+    audited = audit_of(ids, labels, base)
+    earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}
+    warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts)
+    rows = []
+    for mode, priors in (("bayes", base), ("bayes + warm start", warm)):
+        keys = prior_keys_of(ids, labels, priors)
+        out = _loop(settings, rewards, labels, priors, audited, keys)
+        rows.append(
+            {
+                "shape": shape,
+                "drift_sd": sd,
+                "mode": mode,
+                "first": first,
+                "tasks": tasks,
+                "agreement": float((out.keep == fixed).mean()),
+                "share_rollouts": float(out.planned.sum() / (tasks * K)),
+                "drift": drift.as_dict() if mode != "bayes" else None,
+            }
+        )
+    return rows
