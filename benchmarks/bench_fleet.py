@@ -163,14 +163,41 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
     return summarize(args, shape, mode, replicas, reps, rollouts, wall)
 
 
+def busy_between(rep: dict, a: float, b: float) -> float:
+    """Busy slot-seconds of one replica between unix times a and b (from its buckets, each
+    spread evenly over its bucket)."""
+    real = rep["bucket_s"] / rep["time_scale"]
+    total = 0.0
+    for i, busy in enumerate(rep["busy_buckets"]):
+        lo = rep["started_unix"] + i * real
+        overlap = min(b, lo + real) - max(a, lo)
+        if overlap > 0:
+            total += busy * overlap / real
+    return total
+
+
 def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     sc = reps[0]["time_scale"]
     start = min(r["first_busy_unix"] for r in reps)
     idle = [r["last_idle_unix"] for r in reps]
-    window = (max(idle) - start) * sc  # simulated seconds
+    end = max(idle)
+    window = (end - start) * sc  # simulated seconds
     busy = sum(r["busy_slot_s"] for r in reps)
     ok = int((rollouts["status"] == "ok").sum())
+    slots = replicas * args.max_num_seqs
+    # the tail: from the last request any replica got to the last replica going idle
+    tail_at = max(r["last_submit_unix"] for r in reps)
+    tail_busy = sum(busy_between(r, tail_at, end) for r in reps)
+    tenths = [start + (end - start) * i / 10 for i in range(11)]
+    timeline = [
+        sum(busy_between(r, a, b) for r in reps) / (slots * (b - a) * sc)
+        for a, b in zip(tenths, tenths[1:], strict=False)
+    ]
     return {
+        "tail_s": (end - tail_at) * sc,
+        "tail_utilization": tail_busy / (slots * max((end - tail_at) * sc, 1e-9)),
+        "before_tail_utilization": (busy - tail_busy) / (slots * (tail_at - start) * sc),
+        "timeline": timeline,
         "shape": shape,
         "mode": mode,
         "replicas": replicas,
@@ -234,15 +261,23 @@ def report(args, results: list[dict]) -> None:
     if not args.small:
         print(
             "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
-            "first-to-last idle (sim s) | window (sim s) | rollouts | peak batch | wall (s) |"
+            "first-to-last idle (sim s) | window (sim s) | until last arrival | tail (sim s) | "
+            "tail utilization | rollouts | peak batch | wall (s) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results:
             print(
                 f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
                 f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
+                f"{r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
+                f"{r['tail_utilization']:.3f} | "
                 f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} |"
             )
+        print()
+        print("slot utilization per tenth of the window:")
+        for r in results:
+            tenths = " ".join(f"{u:.2f}" for u in r["timeline"])
+            print(f"  {r['shape']} {r['mode']} {r['replicas']}: {tenths}")
         print()
     parts = []
     for mode in args.modes.split(","):

@@ -10,7 +10,7 @@ import pytest
 
 from rewardprof.core.errors import ConfigError
 from rewardprof.core.redaction import config_secrets, masked_urls, unmask_urls
-from rewardprof.engine.balancer import IN, OUT, Balancer
+from rewardprof.engine.balancer import IN, OUT, Balancer, make_balancer
 from rewardprof.engine.endpoints import (
     EndpointsFile,
     EndpointsFileError,
@@ -19,6 +19,7 @@ from rewardprof.engine.endpoints import (
     replica_capacity,
     write_endpoints,
 )
+from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
 from rewardprof.tools.status import format_status, replicas_of
 
@@ -229,3 +230,18 @@ def test_probes_refused_out_slow_counted_ok_back(monkeypatch):
     assert [b.replicas[u].state for u in (A, B, C)] == [OUT, IN, IN]  # a slow probe: not yet
     asyncio.run(b.check_once(session=None))
     assert b.replicas[B].state == OUT  # fail_after slow probes in a row
+
+
+def test_admission_is_capacity_times_replica_admission_and_follows_the_list():
+    cfg = _cfg(base_url=[A, B], replica_capacity=10, replica_admission=2.5)
+    endpoint = Endpoint(A, "m", urls=(A, B))
+    b = make_balancer(cfg, endpoint)
+    assert [r.capacity for r in b.replicas.values()] == [25, 25]
+    assert b.admission() == 50  # what the rollout job staffs workers for
+    b.set_urls([A, B, C])
+    assert b.admission() == 75
+    b.set_urls([C])
+    assert b.admission() == 25  # unlisted replicas admit nothing new
+    assert _cfg(base_url=[A, B]).engine.replica_admission == 3.0
+    with pytest.raises(ConfigError, match="replica_admission"):
+        _cfg(base_url=[A, B], replica_admission=0.5)

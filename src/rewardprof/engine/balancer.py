@@ -2,9 +2,14 @@
 engine.endpoints_file).
 
 - Least loaded: each request goes to the replica with the fewest sequences in flight relative
-  to its capacity (a request for n samples counts n), and never past `capacity` (the server's
-  max_num_seqs: engine.replica_capacity): a request waits for a free slot instead (bounded
-  admission; rollout.concurrency stays the ceiling of the whole job).
+  to its capacity (a request for n samples counts n), and never past `capacity`: the server's
+  max_num_seqs (engine.replica_capacity) times engine.replica_admission. A request waits for a
+  free place instead (bounded admission). Past max_num_seqs because the count is per request
+  while the server frees a slot per sequence: a request of n holds n places until its last
+  sample is out, most of its slots long free by then, and the server's queue refills them.
+- The job's requests in flight follow the fleet: `admission()` (every listed replica's
+  capacity) is how many workers the rollout job keeps (at least rollout.concurrency), so a
+  larger fleet is filled without a config change.
 - Out: a connection refused or cut (a replica killed, its node lost) takes the replica out at
   once; `fail_after` consecutive failed attempts (5xx, timeouts) take it out too. The client
   (engine/client.py) re-sends a request whose connection died to another replica at once, with
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,6 +112,10 @@ class Balancer:
 
     def listed(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.listed]
+
+    def admission(self) -> int:
+        """Sequences the listed replicas admit in all (what fills the fleet)."""
+        return sum(r.capacity for r in self.listed())
 
     def has_in(self, besides: Replica | None = None) -> bool:
         return any(r.state == IN and r is not besides for r in self.listed())
@@ -252,7 +262,7 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         urls = file.poll() or urls  # the newest list; changes from here on come by watch()
     return Balancer(
         urls,
-        replica_capacity(cfg),
+        math.ceil(replica_capacity(cfg) * cfg.engine.replica_admission),
         fail_after=cfg.engine.replica_failures_out,
         interval_s=cfg.engine.health_interval_s,
         endpoints_file=file,

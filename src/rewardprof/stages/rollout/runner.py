@@ -1,9 +1,10 @@
 """rollout: generate and verify the missing rollouts of one shard, then write its output.
 
-A fixed pool of `concurrency` workers pulls request units from a bounded queue (never one
-coroutine per rollout), so memory stays flat however large the shard. Every finished rollout
-goes to the journal before anything else happens to it; the declared output is written
-atomically once every (task_index, rollout_index) is ok or failed for good.
+A pool of `concurrency` workers (with several replicas: as many as they admit, growing with
+the fleet) pulls request units from a bounded queue (never one coroutine per rollout), so
+memory stays flat however large the shard. Every finished rollout goes to the journal before
+anything else happens to it; the declared output is written atomically once every
+(task_index, rollout_index) is ok or failed for good.
 """
 
 from __future__ import annotations
@@ -44,18 +45,8 @@ from rewardprof.stages.rollout.adaptive_rounds import (
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress, log_done, log_start
-from rewardprof.stages.rollout.seeds import (
-    gen_key,
-    legacy_gen_key,
-    task_seed,
-    wants_token_ids,
-)
-from rewardprof.stages.rollout.shard_tasks import (
-    Unit,
-    load_tasks,
-    missing_indices,
-    read_text,
-)
+from rewardprof.stages.rollout.seeds import gen_key, legacy_gen_key, task_seed, wants_token_ids
+from rewardprof.stages.rollout.shard_tasks import Unit, load_tasks, missing_indices, read_text
 from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, Results, TaskPlanner
 from rewardprof.store.collected import resolve
@@ -249,9 +240,11 @@ class ShardRun:
         )
         pool = make_pool(r.verify_workers)
         self._warm_pool(pool, r.verify_workers)
-        connector = aiohttp.TCPConnector(limit=r.concurrency, limit_per_host=r.concurrency)
         liveness = EndpointLiveness(r.endpoint_down_s)
         balancer = make_balancer(self.cfg, self.endpoint)
+        # several replicas: their caps bound the connections (the worker pool follows them)
+        limit = r.concurrency if balancer is None else 0
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
         if balancer is not None:
             progress.replicas = balancer.snapshot
         ticking = asyncio.ensure_future(progress.ticking())
@@ -276,8 +269,15 @@ class ShardRun:
                             unit, await self._do_unit(unit, client, ctx, writer, progress)
                         )
 
+                def staff() -> None:  # a worker per sequence the replicas admit, at least
+                    want = max(r.concurrency, balancer.admission() if balancer else 0)
+                    workers.extend(
+                        asyncio.create_task(worker()) for _ in range(want - len(workers))
+                    )
+
                 async def feed() -> None:
                     async for unit in work.units():
+                        staff()
                         while unit.pos not in self._text:
                             batch = next(batches, [unit.pos])
                             await asyncio.to_thread(self.load_text, batch)
