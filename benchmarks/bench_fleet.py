@@ -146,7 +146,7 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
         "--cores", "8", "--resources", f"engine_slots={args.shards}",
         "--configfile", str(cfg_path),
     ]  # fmt: skip
-    t0 = time.monotonic()
+    t0, load0 = time.monotonic(), os.getloadavg()[0]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
     finally:
@@ -157,10 +157,15 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{shape}/{mode}: snakemake failed:\n{proc.stderr[-4000:]}")
     reps = [json.loads(p.read_text()) for p in sorted(stats.glob("replica-*.json"))]
-    if len(reps) != replicas:
-        raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {replicas}")
+    # per-shard adaptive: each shard's first-round job and its main job start an engine each
+    # (never at once): `replicas` engines at a time, their time counted over the same window
+    jobs = replicas * (2 if shape == "per-shard" and mode != "fixed" else 1)
+    if len(reps) != jobs:
+        raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {jobs}")
     rollouts = pd.read_parquet(work / f"results/{shape}-{mode}/rollouts.parquet")
-    return summarize(args, shape, mode, replicas, reps, rollouts, wall)
+    out = summarize(args, shape, mode, replicas, reps, rollouts, wall)
+    out["load"] = (load0, os.getloadavg()[0])  # the machine is shared: say how loaded it was
+    return out
 
 
 def busy_between(rep: dict, a: float, b: float) -> float:
@@ -176,17 +181,27 @@ def busy_between(rep: dict, a: float, b: float) -> float:
     return total
 
 
+def full_until(rep: dict, slots: int) -> float:
+    """Unix time at the end of the replica's last bucket with every slot busy (its first
+    request if never)."""
+    real = rep["bucket_s"] / rep["time_scale"]
+    full = [i for i, b in enumerate(rep["busy_buckets"]) if b >= 0.99 * slots * rep["bucket_s"]]
+    return rep["started_unix"] + (full[-1] + 1) * real if full else rep["first_busy_unix"]
+
+
 def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     sc = reps[0]["time_scale"]
     start = min(r["first_busy_unix"] for r in reps)
-    idle = [r["last_idle_unix"] for r in reps]
+    idle = sorted(r["last_idle_unix"] for r in reps)[-replicas:]  # the last engine of each
     end = max(idle)
     window = (end - start) * sc  # simulated seconds
     busy = sum(r["busy_slot_s"] for r in reps)
     ok = int((rollouts["status"] == "ok").sum())
     slots = replicas * args.max_num_seqs
-    # the tail: from the last request any replica got to the last replica going idle
-    tail_at = max(r["last_submit_unix"] for r in reps)
+    # the tail: from the first engine's batch draining for good (the end of its last full
+    # bucket: no queued sequence left to take a freed slot) to the last one going idle
+    last = sorted(reps, key=lambda r: r["last_idle_unix"])[-replicas:]
+    tail_at = min(full_until(r, args.max_num_seqs) for r in last)
     tail_busy = sum(busy_between(r, tail_at, end) for r in reps)
     tenths = [start + (end - start) * i / 10 for i in range(11)]
     timeline = [
@@ -261,17 +276,18 @@ def report(args, results: list[dict]) -> None:
     if not args.small:
         print(
             "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
-            "first-to-last idle (sim s) | window (sim s) | until last arrival | tail (sim s) | "
-            "tail utilization | rollouts | peak batch | wall (s) |"
+            "first-to-last idle (sim s) | window (sim s) | until the tail | tail (sim s) | "
+            "tail utilization | rollouts | peak batch | wall (s) | load avg (start, end) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results:
             print(
                 f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
                 f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
                 f"{r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
                 f"{r['tail_utilization']:.3f} | "
-                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} |"
+                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} | "
+                f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |"
             )
         print()
         print("slot utilization per tenth of the window:")
