@@ -211,7 +211,7 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     return {
         "tail_s": (end - tail_at) * sc,
         "tail_utilization": tail_busy / (slots * max((end - tail_at) * sc, 1e-9)),
-        "before_tail_utilization": (busy - tail_busy) / (slots * (tail_at - start) * sc),
+        "before_tail_utilization": (busy - tail_busy) / (slots * max((tail_at - start) * sc, 1e-9)),
         "timeline": timeline,
         "shape": shape,
         "mode": mode,
