@@ -22,7 +22,12 @@ seeds, so they must produce the same rewards per (task, rollout), which is check
 Reported per case, from the replicas' own counters (simulated seconds): slot utilization =
 busy slot-seconds / (replicas x max_num_seqs x window), the window running from the first
 request any replica got to the last replica going idle (the tail included); rollouts per
-replica-hour over that window; the spread between the first and the last replica going idle.
+replica-hour over that window; the spread between the first and the last replica going idle;
+where the idle slots are: utilization until the tail and in it (the tail starting when the
+first engine's batch drains for good: the end of its last 10 s with every slot busy) and per
+tenth of the window. Per-shard adaptive starts two engines per shard (the first-round job's
+and the main job's, one after the other), counted as the shard's one replica. The load
+average at the start and end of each case is printed: the machine may be shared.
 Scaling: the fleet on the same workload with 1, 2 and 4 replicas (the time scale is raised as
 replicas are removed, so the client sees the same real request rate: simulated time is
 independent of it); throughput relative to 4x / 2x the 1-replica throughput.

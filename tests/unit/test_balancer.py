@@ -226,7 +226,7 @@ def test_probes_refused_out_slow_counted_ok_back(monkeypatch):
         return answers[r.url]
 
     async def read_queue(session, r):
-        r.queued = 7
+        r.queued, r.queue_read = 7, True
 
     monkeypatch.setattr(b, "probe", probe)
     monkeypatch.setattr(b, "read_queue", read_queue)
@@ -256,7 +256,9 @@ def test_past_its_slots_a_replica_takes_more_only_while_its_own_queue_is_short()
     b = Balancer([A], capacity=4, admission=3)  # cap 12; one job at it queues 8
     r = b.replicas[A]
     r.in_flight = 4
-    assert b.pick(1) is r  # no /metrics read yet: the job's own bound only
+    assert b.pick(1) is None  # its /metrics not read yet: its slots only (no burst at start)
+    r.queue_read = True
+    assert b.pick(1) is r  # read, no queue gauge (not vLLM): the job's own bound only
     r.queued = 7
     assert b.pick(1) is r
     r.queued = 8  # other jobs (or this one) already keep its slots fed

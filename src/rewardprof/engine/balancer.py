@@ -67,6 +67,7 @@ class Replica:
     cap: int = 0  # most sequences this job sends it (capacity x admission)
     in_flight: int = 0  # sequences
     queued: int | None = None  # sequences waiting on it, all clients (its /metrics; None: unknown)
+    queue_read: bool = False  # /metrics read once: until then no more than its capacity
     done: int = 0  # requests answered
     errors: int = 0  # failed attempts
     failures: int = 0  # consecutive failed attempts
@@ -87,7 +88,8 @@ class Replica:
         total = self.in_flight + weight
         if self.in_flight == 0 or total <= self.capacity:
             return True
-        return total <= self.cap and (self.queued is None or self.queued < self.cap - self.capacity)
+        short = self.queued is None or self.queued < self.cap - self.capacity
+        return total <= self.cap and self.queue_read and short
 
 
 class Balancer:
@@ -239,7 +241,7 @@ class Balancer:
                 body = (await read_bounded(resp, METRICS_BYTES))[0] if resp.status == 200 else b""
         except (TimeoutError, aiohttp.ClientError, OSError, AttemptError):
             body = b""
-        r.queued = waiting_sequences(body.decode("utf-8", "replace"))
+        r.queued, r.queue_read = waiting_sequences(body.decode("utf-8", "replace")), True
 
     async def check_once(self, session: aiohttp.ClientSession) -> None:
         if self.endpoints_file is not None:
@@ -265,10 +267,11 @@ class Balancer:
                     self.take_out(r, problem)
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
-        """Probe every interval until cancelled."""
+        """Probe at once (the queues: no job starts with a burst past the slots), then every
+        interval until cancelled."""
         while True:
-            await asyncio.sleep(self.interval_s)
             await self.check_once(session)
+            await asyncio.sleep(self.interval_s)
 
     def snapshot(self) -> list[dict]:
         """Per replica: url (password masked), state, in flight, done, errors, last error."""
