@@ -3,6 +3,8 @@
     python benchmarks/bench_fleet.py                 # 4 replicas, fixed K and bayes, (a) and (b),
                                                      # then fleet throughput at 1, 2, 4 replicas
     python benchmarks/bench_fleet.py --small         # smoke size: one result line
+    python benchmarks/bench_fleet.py --admission     # one job on one replica, batch model only:
+                                                     # busy slots per request size n and cap
 
 Runs the real workflow (snakemake with the project's Snakefile, `--cores`, the default workflow
 profile) on math tasks `What is a + b?` against rewardprof.testing.sim_engine (continuous
@@ -234,6 +236,35 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     }
 
 
+def admission_table(args) -> None:
+    """One job alone on one replica, in the batch model (no I/O, a few seconds): the share of
+    slots busy until its last request went out, for request sizes n and per-replica caps in
+    multiples of max_num_seqs (a request counts n until its last sample is out)."""
+    from rewardprof.testing.sim_batching import BatchModel, LengthModel
+
+    lengths = LengthModel(args.median_tokens, 1.0)
+    print("| n | " + " | ".join(f"cap {h}x" for h in (1, 1.5, 2, 3)) + " |")
+    print("|---|---|---|---|---|")
+    for n in (1, 2, 4, 8):
+        row = []
+        for h in (1, 1.5, 2, 3):
+            m = BatchModel(args.max_num_seqs, args.step_base_s, args.step_per_seq_s)
+            cap, sent, load, left, now = int(args.max_num_seqs * h), 0, 0, {}, 0.0
+            while sent < 4000 // n:
+                while sent < 4000 // n and (load == 0 or load + n <= cap):
+                    seqs = [(f"{sent}/{j}", lengths.length(f"p{sent}", j)) for j in range(n)]
+                    m.submit(now, [(k, min(t, args.max_tokens)) for k, t in seqs])
+                    left[sent], load, sent = n, load + n, sent + 1
+                now = m.next_event()
+                m.advance(now)
+                for key in m.drain():
+                    r = int(key.split("/")[0])
+                    left[r] -= 1
+                    load -= n if left[r] == 0 else 0
+            row.append(f"{m.busy_at_last_submit / (args.max_num_seqs * m.last_submit_at):.2f}")
+        print(f"| {n} | " + " | ".join(row) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, kind, default in (
@@ -254,7 +285,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="per-shard,fleet")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--small", action="store_true", help="smoke size: one result line")
+    ap.add_argument("--admission", action="store_true", help="one job's admission table only")
     args = ap.parse_args()
+    if args.admission:
+        admission_table(args)
+        return
     if args.small:
         args.replicas = args.shards = 2
         args.tasks, args.k, args.time_scale, args.median_tokens = 12, 4, 120.0, 400.0
