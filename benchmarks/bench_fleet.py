@@ -3,6 +3,8 @@
     python benchmarks/bench_fleet.py                 # 4 replicas, fixed K and bayes, (a) and (b),
                                                      # then fleet throughput at 1, 2, 4 replicas
     python benchmarks/bench_fleet.py --small         # smoke size: one result line
+    python benchmarks/bench_fleet.py --admission     # one job on one replica, batch model only:
+                                                     # busy slots per request size n and cap
 
 Runs the real workflow (snakemake with the project's Snakefile, `--cores`, the default workflow
 profile) on math tasks `What is a + b?` against rewardprof.testing.sim_engine (continuous
@@ -22,7 +24,12 @@ seeds, so they must produce the same rewards per (task, rollout), which is check
 Reported per case, from the replicas' own counters (simulated seconds): slot utilization =
 busy slot-seconds / (replicas x max_num_seqs x window), the window running from the first
 request any replica got to the last replica going idle (the tail included); rollouts per
-replica-hour over that window; the spread between the first and the last replica going idle.
+replica-hour over that window; the spread between the first and the last replica going idle;
+where the idle slots are: utilization until the tail and in it (the tail starting when the
+first engine's batch drains for good: the end of its last 10 s with every slot busy) and per
+tenth of the window. Per-shard adaptive starts two engines per shard (the first-round job's
+and the main job's, one after the other), counted as the shard's one replica. The load
+average at the start and end of each case is printed: the machine may be shared.
 Scaling: the fleet on the same workload with 1, 2 and 4 replicas (the time scale is raised as
 replicas are removed, so the client sees the same real request rate: simulated time is
 independent of it); throughput relative to 4x / 2x the 1-replica throughput.
@@ -146,7 +153,7 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
         "--cores", "8", "--resources", f"engine_slots={args.shards}",
         "--configfile", str(cfg_path),
     ]  # fmt: skip
-    t0 = time.monotonic()
+    t0, load0 = time.monotonic(), os.getloadavg()[0]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
     finally:
@@ -157,20 +164,62 @@ def run_case(args, shape: str, mode: str, replicas: int) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{shape}/{mode}: snakemake failed:\n{proc.stderr[-4000:]}")
     reps = [json.loads(p.read_text()) for p in sorted(stats.glob("replica-*.json"))]
-    if len(reps) != replicas:
-        raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {replicas}")
+    # per-shard adaptive: each shard's first-round job and its main job start an engine each
+    # (never at once): `replicas` engines at a time, their time counted over the same window
+    jobs = replicas * (2 if shape == "per-shard" and mode != "fixed" else 1)
+    if len(reps) != jobs:
+        raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {jobs}")
     rollouts = pd.read_parquet(work / f"results/{shape}-{mode}/rollouts.parquet")
-    return summarize(args, shape, mode, replicas, reps, rollouts, wall)
+    out = summarize(args, shape, mode, replicas, reps, rollouts, wall)
+    out["load"] = (load0, os.getloadavg()[0])  # the machine is shared: say how loaded it was
+    return out
+
+
+def busy_between(rep: dict, a: float, b: float) -> float:
+    """Busy slot-seconds of one replica between unix times a and b (from its buckets, each
+    spread evenly over its bucket)."""
+    real = rep["bucket_s"] / rep["time_scale"]
+    total = 0.0
+    for i, busy in enumerate(rep["busy_buckets"]):
+        lo = rep["started_unix"] + i * real
+        overlap = min(b, lo + real) - max(a, lo)
+        if overlap > 0:
+            total += busy * overlap / real
+    return total
+
+
+def full_until(rep: dict, slots: int) -> float:
+    """Unix time at the end of the replica's last bucket with every slot busy (its first
+    request if never)."""
+    real = rep["bucket_s"] / rep["time_scale"]
+    full = [i for i, b in enumerate(rep["busy_buckets"]) if b >= 0.99 * slots * rep["bucket_s"]]
+    return rep["started_unix"] + (full[-1] + 1) * real if full else rep["first_busy_unix"]
 
 
 def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     sc = reps[0]["time_scale"]
     start = min(r["first_busy_unix"] for r in reps)
-    idle = [r["last_idle_unix"] for r in reps]
-    window = (max(idle) - start) * sc  # simulated seconds
+    idle = sorted(r["last_idle_unix"] for r in reps)[-replicas:]  # the last engine of each
+    end = max(idle)
+    window = (end - start) * sc  # simulated seconds
     busy = sum(r["busy_slot_s"] for r in reps)
     ok = int((rollouts["status"] == "ok").sum())
+    slots = replicas * args.max_num_seqs
+    # the tail: from the first engine's batch draining for good (the end of its last full
+    # bucket: no queued sequence left to take a freed slot) to the last one going idle
+    last = sorted(reps, key=lambda r: r["last_idle_unix"])[-replicas:]
+    tail_at = min(full_until(r, args.max_num_seqs) for r in last)
+    tail_busy = sum(busy_between(r, tail_at, end) for r in reps)
+    tenths = [start + (end - start) * i / 10 for i in range(11)]
+    timeline = [
+        sum(busy_between(r, a, b) for r in reps) / (slots * (b - a) * sc)
+        for a, b in zip(tenths, tenths[1:], strict=False)
+    ]
     return {
+        "tail_s": (end - tail_at) * sc,
+        "tail_utilization": tail_busy / (slots * max((end - tail_at) * sc, 1e-9)),
+        "before_tail_utilization": (busy - tail_busy) / (slots * max((tail_at - start) * sc, 1e-9)),
+        "timeline": timeline,
         "shape": shape,
         "mode": mode,
         "replicas": replicas,
@@ -185,6 +234,35 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
         "wall_s": wall,
         "rewards": rollouts.set_index(["task_index", "rollout_index"])["reward"].sort_index(),
     }
+
+
+def admission_table(args) -> None:
+    """One job alone on one replica, in the batch model (no I/O, a few seconds): the share of
+    slots busy until its last request went out, for request sizes n and per-replica caps in
+    multiples of max_num_seqs (a request counts n until its last sample is out)."""
+    from rewardprof.testing.sim_batching import BatchModel, LengthModel
+
+    lengths = LengthModel(args.median_tokens, 1.0)
+    print("| n | " + " | ".join(f"cap {h}x" for h in (1, 1.5, 2, 3)) + " |")
+    print("|---|---|---|---|---|")
+    for n in (1, 2, 4, 8):
+        row = []
+        for h in (1, 1.5, 2, 3):
+            m = BatchModel(args.max_num_seqs, args.step_base_s, args.step_per_seq_s)
+            cap, sent, load, left, now = int(args.max_num_seqs * h), 0, 0, {}, 0.0
+            while sent < 4000 // n:
+                while sent < 4000 // n and (load == 0 or load + n <= cap):
+                    seqs = [(f"{sent}/{j}", lengths.length(f"p{sent}", j)) for j in range(n)]
+                    m.submit(now, [(k, min(t, args.max_tokens)) for k, t in seqs])
+                    left[sent], load, sent = n, load + n, sent + 1
+                now = m.next_event()
+                m.advance(now)
+                for key in m.drain():
+                    r = int(key.split("/")[0])
+                    left[r] -= 1
+                    load -= n if left[r] == 0 else 0
+            row.append(f"{m.busy_at_last_submit / (args.max_num_seqs * m.last_submit_at):.2f}")
+        print(f"| {n} | " + " | ".join(row) + " |")
 
 
 def main() -> None:
@@ -207,7 +285,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="per-shard,fleet")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--small", action="store_true", help="smoke size: one result line")
+    ap.add_argument("--admission", action="store_true", help="one job's admission table only")
     args = ap.parse_args()
+    if args.admission:
+        admission_table(args)
+        return
     if args.small:
         args.replicas = args.shards = 2
         args.tasks, args.k, args.time_scale, args.median_tokens = 12, 4, 120.0, 400.0
@@ -234,15 +316,24 @@ def report(args, results: list[dict]) -> None:
     if not args.small:
         print(
             "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
-            "first-to-last idle (sim s) | window (sim s) | rollouts | peak batch | wall (s) |"
+            "first-to-last idle (sim s) | window (sim s) | until the tail | tail (sim s) | "
+            "tail utilization | rollouts | peak batch | wall (s) | load avg (start, end) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results:
             print(
                 f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
                 f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
-                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} |"
+                f"{r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
+                f"{r['tail_utilization']:.3f} | "
+                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} | "
+                f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |"
             )
+        print()
+        print("slot utilization per tenth of the window:")
+        for r in results:
+            tenths = " ".join(f"{u:.2f}" for u in r["timeline"])
+            print(f"  {r['shape']} {r['mode']} {r['replicas']}: {tenths}")
         print()
     parts = []
     for mode in args.modes.split(","):

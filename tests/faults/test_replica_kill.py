@@ -2,9 +2,9 @@
 SIGKILL mid-run (issue acceptance: out within 10 s, the run completes, 0 rollouts lost, 0
 duplicated, every reward as in an undisturbed run).
 
-By construction: each replica takes at most 2 sequences (engine.replica_capacity), the job
-runs 8 workers, so replica B gets requests from the start; B answers 2 and then holds every
-later request at its gate, so the run cannot finish while B lives. The killer waits until B
+By construction: each replica takes at most 2 sequences (engine.replica_capacity, admission 1),
+the job runs 8 workers, so replica B gets requests from the start; B answers 2 and then holds
+every later request at its gate, so the run cannot finish while B lives. The killer waits until B
 holds a request, then SIGKILLs it: those requests' connections die and must be re-sent to A.
 """
 
@@ -56,7 +56,12 @@ def _run(tmp: Path, urls: list[str]):
         urls if len(urls) > 1 else urls[0],
         K,
         rollout={"concurrency": 8, "endpoint_down_s": 60},
-        engine={"max_n": 1, "replica_capacity": 2, "health_interval_s": 0.5},
+        engine={
+            "max_n": 1,
+            "replica_capacity": 2,
+            "replica_admission": 1,
+            "health_interval_s": 0.5,
+        },
     )
     tasks = kit.make_tasks(tmp, cfg, NUM_TASKS)
     endpoint = Endpoint(urls[0], cfg.model_name, None, identity="endpoint:fake", urls=tuple(urls))

@@ -10,7 +10,7 @@ import pytest
 
 from rewardprof.core.errors import ConfigError
 from rewardprof.core.redaction import config_secrets, masked_urls, unmask_urls
-from rewardprof.engine.balancer import IN, OUT, Balancer
+from rewardprof.engine.balancer import IN, OUT, Balancer, make_balancer, waiting_sequences
 from rewardprof.engine.endpoints import (
     EndpointsFile,
     EndpointsFileError,
@@ -19,6 +19,7 @@ from rewardprof.engine.endpoints import (
     replica_capacity,
     write_endpoints,
 )
+from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
 from rewardprof.tools.status import format_status, replicas_of
 
@@ -224,8 +225,61 @@ def test_probes_refused_out_slow_counted_ok_back(monkeypatch):
     async def probe(session, r):
         return answers[r.url]
 
+    async def read_queue(session, r):
+        r.queued, r.queue_read = 7, True
+
     monkeypatch.setattr(b, "probe", probe)
+    monkeypatch.setattr(b, "read_queue", read_queue)
     asyncio.run(b.check_once(session=None))
     assert [b.replicas[u].state for u in (A, B, C)] == [OUT, IN, IN]  # a slow probe: not yet
     asyncio.run(b.check_once(session=None))
     assert b.replicas[B].state == OUT  # fail_after slow probes in a row
+    assert [b.replicas[u].queued for u in (A, B, C)] == [None, None, 7]  # read where healthy
+
+
+def test_admission_is_capacity_times_replica_admission_and_follows_the_list():
+    cfg = _cfg(base_url=[A, B], replica_capacity=10, replica_admission=2.5)
+    endpoint = Endpoint(A, "m", urls=(A, B))
+    b = make_balancer(cfg, endpoint)
+    assert [(r.capacity, r.cap) for r in b.replicas.values()] == [(10, 25), (10, 25)]
+    assert b.admission() == 50  # what the rollout job staffs workers for
+    b.set_urls([A, B, C])
+    assert b.admission() == 75
+    b.set_urls([C])
+    assert b.admission() == 25  # unlisted replicas admit nothing new
+    assert _cfg(base_url=[A, B]).engine.replica_admission == 3.0
+    with pytest.raises(ConfigError, match="replica_admission"):
+        _cfg(base_url=[A, B], replica_admission=0.5)
+
+
+def test_past_its_slots_a_replica_takes_more_only_while_its_own_queue_is_short():
+    b = Balancer([A], capacity=4, admission=3)  # cap 12; one job at it queues 8
+    r = b.replicas[A]
+    r.in_flight = 4
+    assert b.pick(1) is None  # its /metrics not read yet: its slots only (no burst at start)
+    r.queue_read = True
+    assert b.pick(1) is r  # read, no queue gauge (not vLLM): the job's own bound only
+    r.queued = 7
+    assert b.pick(1) is r
+    r.queued = 8  # other jobs (or this one) already keep its slots fed
+    assert b.pick(1) is None
+    r.in_flight = 3
+    assert b.pick(1) is r  # up to its slots a job always gets its share
+    r.in_flight, r.queued = 11, 0
+    assert b.pick(1) is r and b.pick(2) is None  # never past the cap
+
+
+def test_waiting_sequences_sums_vllms_gauges_and_says_when_absent():
+    page = (
+        "# HELP vllm:num_requests_waiting Number of requests waiting.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+        "vllm:num_requests_waiting_by_reason 99\n"
+        "vllm:num_requests_running 64\n"
+    )
+    assert waiting_sequences(page) == 5
+    assert waiting_sequences("vllm:num_requests_waiting 12\n") == 12  # the simulated engine's
+    assert waiting_sequences("vllm:num_requests_running 1\n") is None
+    assert waiting_sequences("vllm:num_requests_waiting garbage\n") is None
+    assert waiting_sequences("") is None

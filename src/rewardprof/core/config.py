@@ -103,7 +103,8 @@ class Sampling(StrictModel):
 
 class Rollout(StrictModel, RetryOptions):
     concurrency: PositiveInt = 64
-    """Requests in flight."""
+    """Requests in flight. With several replicas, at least as many as they admit (replicas x
+    engine.replica_capacity x engine.replica_admission sequences), so a job fills the fleet."""
     request_timeout_s: PositiveFloat = 600
     """Per-request timeout; past it the attempt fails as a timeout."""
     max_chars_per_token: Annotated[int, Field(ge=1, le=1024)] = 32

@@ -2,9 +2,18 @@
 engine.endpoints_file).
 
 - Least loaded: each request goes to the replica with the fewest sequences in flight relative
-  to its capacity (a request for n samples counts n), and never past `capacity` (the server's
-  max_num_seqs: engine.replica_capacity): a request waits for a free slot instead (bounded
-  admission; rollout.concurrency stays the ceiling of the whole job).
+  to its capacity (the server's max_num_seqs, engine.replica_capacity; a request for n samples
+  counts n). Bounded admission: a job sends a replica up to its capacity, and past it up to
+  capacity x engine.replica_admission only while the replica's own queue (vLLM's
+  `vllm:num_requests_waiting` in /metrics, read with each health probe; every client's
+  sequences) is shorter than what one job at that bound would queue; else the request waits.
+  Past max_num_seqs because the count is per request while the server frees a slot per
+  sequence: a request of n holds n places until its last sample is out, most of its slots long
+  free by then, and the queue refills them. The queue check keeps many jobs on one fleet from
+  stacking their margins into thousands of queued sequences (each still gets its capacity).
+- The job's requests in flight follow the fleet: `admission()` (every listed replica's
+  capacity) is how many workers the rollout job keeps (at least rollout.concurrency), so a
+  larger fleet is filled without a config change.
 - Out: a connection refused or cut (a replica killed, its node lost) takes the replica out at
   once; `fail_after` consecutive failed attempts (5xx, timeouts) take it out too. The client
   (engine/client.py) re-sends a request whose connection died to another replica at once, with
@@ -24,8 +33,10 @@ engine.endpoints_file).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +46,8 @@ import aiohttp
 
 from rewardprof.core.config import Config
 from rewardprof.core.redaction import public_url, redact
-from rewardprof.engine.endpoints import EndpointsFile, health_url, replica_capacity
+from rewardprof.engine.endpoints import EndpointsFile, health_url, metrics_url, replica_capacity
+from rewardprof.engine.http_retry import AttemptError, read_bounded
 
 if TYPE_CHECKING:
     from rewardprof.engine.session import Endpoint
@@ -43,14 +55,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("rewardprof.engine")
 
 IN, OUT = "in", "out"
+WAITING_GAUGE = "vllm:num_requests_waiting"
+METRICS_BYTES = 1 << 20  # vLLM's /metrics page is tens of kB; past this it is not read
 CONNECT_FAILED = "connection refused"
 
 
 @dataclass
 class Replica:
     url: str  # .../v1
-    capacity: int
+    capacity: int  # the server's slots (max_num_seqs)
+    cap: int = 0  # most sequences this job sends it (capacity x admission)
     in_flight: int = 0  # sequences
+    queued: int | None = None  # sequences waiting on it, all clients (its /metrics; None: unknown)
+    queue_read: bool = False  # /metrics read once: until then no more than its capacity
     done: int = 0  # requests answered
     errors: int = 0  # failed attempts
     failures: int = 0  # consecutive failed attempts
@@ -66,6 +83,14 @@ class Replica:
     def load(self) -> float:
         return self.in_flight / self.capacity
 
+    def admits(self, weight: int) -> bool:
+        """Whether a request of `weight` sequences may go to it now (module doc)."""
+        total = self.in_flight + weight
+        if self.in_flight == 0 or total <= self.capacity:
+            return True
+        short = self.queued is None or self.queued < self.cap - self.capacity
+        return total <= self.cap and self.queue_read and short
+
 
 class Balancer:
     def __init__(
@@ -76,8 +101,10 @@ class Balancer:
         interval_s: float = 2.0,
         endpoints_file: EndpointsFile | None = None,
         clock: Callable[[], float] = time.monotonic,
+        admission: float = 1.0,
     ):
         self.capacity, self.fail_after, self.interval_s = capacity, fail_after, interval_s
+        self.cap = max(capacity, math.ceil(capacity * admission))
         self.endpoints_file, self.clock = endpoints_file, clock
         self.replicas: dict[str, Replica] = {}
         self._order = itertools.count()
@@ -93,7 +120,7 @@ class Balancer:
         for url in wanted:
             r = self.replicas.get(url)
             if r is None:
-                self.replicas[url] = Replica(url, self.capacity, changed_at=self.clock())
+                self.replicas[url] = Replica(url, self.capacity, self.cap, changed_at=self.clock())
                 self._rank[url] = next(self._order)
                 log.info("replica %s: listed", public_url(url))
             elif not r.listed:
@@ -107,6 +134,10 @@ class Balancer:
     def listed(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.listed]
 
+    def admission(self) -> int:
+        """Sequences the listed replicas admit in all (what fills the fleet)."""
+        return sum(r.cap for r in self.listed())
+
     def has_in(self, besides: Replica | None = None) -> bool:
         return any(r.state == IN and r is not besides for r in self.listed())
 
@@ -115,13 +146,13 @@ class Balancer:
         """The replica for a request of `weight` sequences now, or None (wait for a slot)."""
         live = [r for r in self.listed() if r.state == IN]
         if live:
-            fits = [r for r in live if r.in_flight == 0 or r.in_flight + weight <= r.capacity]
+            fits = [r for r in live if r.admits(weight)]
             if not fits:
                 return None
             return min(fits, key=lambda r: (r.load(), self._rank[r.url]))
         # none in (or nothing listed yet: wait for the endpoints file): the least recently
         # failed, so attempts (and liveness) keep going round, within the cap still
-        out = [r for r in self.listed() if r.in_flight == 0 or r.in_flight + weight <= r.capacity]
+        out = [r for r in self.listed() if r.admits(weight)]
         if not out:
             return None
         return min(out, key=lambda r: (r.in_flight, r.changed_at))
@@ -201,6 +232,17 @@ class Balancer:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return f"/health: {type(exc).__name__}"
 
+    async def read_queue(self, session: aiohttp.ClientSession, r: Replica) -> None:
+        """The replica's waiting sequences from its /metrics (None where it has none)."""
+        try:
+            async with session.get(
+                metrics_url(r.url), timeout=aiohttp.ClientTimeout(total=max(self.interval_s, 5.0))
+            ) as resp:
+                body = (await read_bounded(resp, METRICS_BYTES))[0] if resp.status == 200 else b""
+        except (TimeoutError, aiohttp.ClientError, OSError, AttemptError):
+            body = b""
+        r.queued, r.queue_read = waiting_sequences(body.decode("utf-8", "replace")), True
+
     async def check_once(self, session: aiohttp.ClientSession) -> None:
         if self.endpoints_file is not None:
             urls = self.endpoints_file.poll()
@@ -208,6 +250,9 @@ class Balancer:
                 self.set_urls(urls)
         replicas = self.listed()
         problems = await asyncio.gather(*(self.probe(session, r) for r in replicas))
+        healthy = [r for r, problem in zip(replicas, problems, strict=True) if problem is None]
+        await asyncio.gather(*(self.read_queue(session, r) for r in healthy))
+        self._notify()  # a shorter queue may admit a waiting request
         for r, problem in zip(replicas, problems, strict=True):
             if problem is None:
                 self.take_back(r)
@@ -222,10 +267,11 @@ class Balancer:
                     self.take_out(r, problem)
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
-        """Probe every interval until cancelled."""
+        """Probe at once (the queues: no job starts with a burst past the slots), then every
+        interval until cancelled."""
         while True:
-            await asyncio.sleep(self.interval_s)
             await self.check_once(session)
+            await asyncio.sleep(self.interval_s)
 
     def snapshot(self) -> list[dict]:
         """Per replica: url (password masked), state, in flight, done, errors, last error."""
@@ -256,4 +302,20 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         fail_after=cfg.engine.replica_failures_out,
         interval_s=cfg.engine.health_interval_s,
         endpoints_file=file,
+        admission=cfg.engine.replica_admission,
     )
+
+
+def waiting_sequences(metrics: str) -> int | None:
+    """The sum of vLLM's `vllm:num_requests_waiting` gauges in a Prometheus text page (one per
+    engine or model label set; vLLM counts each of a request's n samples); None if absent."""
+    total, found = 0.0, False
+    for line in metrics.splitlines():
+        if (
+            line.startswith(WAITING_GAUGE)
+            and line[len(WAITING_GAUGE) : len(WAITING_GAUGE) + 1] in "{ "
+        ):
+            with contextlib.suppress(ValueError, IndexError):
+                total += float(line.rsplit(None, 1)[1])
+                found = True
+    return int(total) if found else None

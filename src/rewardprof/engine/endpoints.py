@@ -115,9 +115,17 @@ def replica_capacity(cfg: Config) -> int:
 
 def health_url(base_url: str) -> str:
     """The /health URL of a server whose OpenAI base URL is `base_url` (.../v1)."""
+    return _root(base_url) + "/health"
+
+
+def metrics_url(base_url: str) -> str:
+    """Its Prometheus /metrics URL (vLLM serves it beside /health)."""
+    return _root(base_url) + "/metrics"
+
+
+def _root(base_url: str) -> str:
     root = base_url.rstrip("/")
-    root = root[: -len("/v1")] if root.endswith("/v1") else root
-    return root + "/health"
+    return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
 def wait_for_fleet(cfg: Config, poll_s: float = 1.0) -> list[str]:

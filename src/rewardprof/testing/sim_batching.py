@@ -12,7 +12,9 @@ entering mid-step starts at once; prefill costs nothing). Admission is bounded w
 whole (the server answers 503 with Retry-After), never partly queued.
 
 It counts busy slot-seconds (the integral of the batch size over time), so slot utilization is
-`busy_slot_s / (max_num_seqs * elapsed)`.
+`busy_slot_s / (max_num_seqs * elapsed)`, also per `bucket_s` of simulated time
+(`busy_buckets`: where in a run the slots were idle) and up to the last arrival
+(`busy_at_last_submit`: what follows it is the tail, when no more work can come).
 
 What a completion is, as pure functions of (prompt, seed) so a rerun gives the same
 completions and rewards: `output_length` (log-normal, a long tail, times a per-prompt factor),
@@ -88,7 +90,12 @@ class BatchModel:
     sequences_done: int = 0
     peak_running: int = 0
     peak_waiting: int = 0
+    peak_in_system: int = 0  # running + waiting: what the clients have admitted at once
     last_idle_at: float | None = None  # when the batch last became empty
+    last_submit_at: float | None = None  # the last arrival admitted
+    busy_at_last_submit: float = 0.0
+    bucket_s: float = 10.0
+    busy_buckets: list[float] = field(default_factory=list)  # busy slot-s per bucket_s
     _progress: float = 0.0  # tokens every running sequence has made since time 0
     _running: list[tuple[float, int, Hashable]] = field(default_factory=list)  # heap
     _waiting: deque[tuple[Hashable, int]] = field(default_factory=deque)
@@ -116,6 +123,7 @@ class BatchModel:
         ):
             return False
         self._waiting.extend((key, max(1, int(n))) for key, n in seqs)
+        self.last_submit_at, self.busy_at_last_submit = self.now, self.busy_slot_s
         self._fill()
         return True
 
@@ -149,6 +157,14 @@ class BatchModel:
         return out
 
     def _elapse(self, dt: float, batch: int, step: float) -> None:
+        t, end = self.now, self.now + dt
+        while batch and t < end:  # the batch's slot-seconds, split over the buckets it spans
+            i = int(t // self.bucket_s)
+            upto = min(end, (i + 1) * self.bucket_s)
+            if len(self.busy_buckets) <= i:
+                self.busy_buckets.extend([0.0] * (i + 1 - len(self.busy_buckets)))
+            self.busy_buckets[i] += batch * (upto - t)
+            t = upto if upto > t else end
         self.now += dt
         self._progress += dt / step
         self.busy_slot_s += batch * dt
@@ -161,3 +177,4 @@ class BatchModel:
             heapq.heappush(self._running, (self._progress + length, self._order, key))
         self.peak_running = max(self.peak_running, len(self._running))
         self.peak_waiting = max(self.peak_waiting, len(self._waiting))
+        self.peak_in_system = max(self.peak_in_system, len(self._running) + len(self._waiting))

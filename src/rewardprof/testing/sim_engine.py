@@ -244,8 +244,13 @@ class SimEngine(BackgroundServer):
             "waiting": m.waiting,
             "peak_running": m.peak_running,
             "peak_waiting": m.peak_waiting,
+            "peak_in_system": m.peak_in_system,
             "first_busy_unix": self.unix_at(self.first_busy_at),
             "last_idle_unix": self.unix_at(m.last_idle_at),
+            "last_submit_unix": self.unix_at(m.last_submit_at),
+            "busy_at_last_submit": m.busy_at_last_submit,
+            "bucket_s": m.bucket_s,
+            "busy_buckets": [round(b, 3) for b in m.busy_buckets],
             **self.counts,
         }
 

@@ -1,9 +1,10 @@
 """rollout: generate and verify the rollouts a shard's work asks for (work.py).
 
-A fixed pool of `concurrency` workers pulls request units from a bounded queue (never one
-coroutine per rollout), so memory stays flat however large the shard. Every finished rollout
-goes to the journal before anything else happens to it (shard_job.py writes the output from
-the journal once every (task_index, rollout_index) is ok or failed for good).
+A pool of `concurrency` workers (with several replicas: as many as they admit, growing with
+the fleet) pulls request units from a bounded queue (never one coroutine per rollout), so
+memory stays flat however large the shard. Every finished rollout goes to the journal before
+anything else happens to it (shard_job.py writes the output from the journal once every
+(task_index, rollout_index) is ok or failed for good).
 """
 
 from __future__ import annotations
@@ -239,9 +240,11 @@ class ShardRun:
         )
         pool = make_pool(r.verify_workers)
         self._warm_pool(pool, r.verify_workers)
-        connector = aiohttp.TCPConnector(limit=r.concurrency, limit_per_host=r.concurrency)
         liveness = EndpointLiveness(r.endpoint_down_s)
         balancer = make_balancer(self.cfg, self.endpoint)
+        # several replicas: their caps bound the connections (the worker pool follows them)
+        limit = r.concurrency if balancer is None else 0
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
         if balancer is not None:
             progress.replicas = balancer.snapshot
         ticking = asyncio.ensure_future(progress.ticking())
@@ -265,6 +268,12 @@ class ShardRun:
                         await self._do_unit(unit, client, ctx, writer, progress, work)
                         returned.set()
 
+                def staff() -> None:  # a worker per sequence the replicas admit, at least
+                    want = max(r.concurrency, balancer.admission() if balancer else 0)
+                    workers.extend(
+                        asyncio.create_task(worker()) for _ in range(want - len(workers))
+                    )
+
                 async def feed() -> None:
                     taken = 0
                     while True:
@@ -274,6 +283,7 @@ class ShardRun:
                             progress.add(count)
                         taken += count
                         for unit in units:
+                            staff()
                             await self._read_text_for(unit.pos, batches)
                             await queue.put(unit)
                         if work.finished:
