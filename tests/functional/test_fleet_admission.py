@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from harness import shardkit as kit
 
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.runner import run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.testing.sim_batching import LengthModel
 from rewardprof.testing.sim_engine import SimEngine, SimSettings
 
@@ -42,7 +42,9 @@ def test_a_job_fills_each_replica_to_its_admission_and_not_past_it(tmp_path):
         tasks = kit.make_tasks(tmp_path, cfg, NUM_TASKS)
         endpoint = Endpoint(urls[0], cfg.model_name, identity="endpoint:sim", urls=tuple(urls))
         out = tmp_path / "out.parquet"
-        run_shard(cfg, endpoint, tasks, tmp_path / "journal", out, "s0of1")
+        run_shard(
+            ShardJob(cfg, tasks, tmp_path / "journal", out, "s0of1"), EngineOpener.running(endpoint)
+        )
         stats = [sim.stats() for sim in sims]
     records = pq.read_table(out).to_pandas()
     assert len(records) == NUM_TASKS * K and (records["status"] == "ok").all()
