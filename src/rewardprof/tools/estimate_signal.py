@@ -2,13 +2,15 @@
 interval, and the rollouts adaptive sampling would spend.
 
 Useful fraction at K: the share of tasks whose K rollouts are not all equal (so GRPO, and the
-export's default rules, can use them). Under a label's prior (decisions/posterior.py, fitted on the
-pilot's per-task (rollouts, passes)) it is E[1 - p^K - (1-p)^K] over the prior: a task of the
-full sweep is a new draw from the label. The interval is a profile-likelihood interval: the
-smallest and largest useful fraction over the priors whose marginal log-likelihood of the pilot
-is within chi2_1(level) / 2 of the maximum (1.92 at 95 %). An all-fail pilot thus gives
-[0, upper bound] rather than "no useful task": 12 tasks x 4 rollouts, all failed, still allow a
-large share of tasks with a small pass rate.
+export's default rules, can use them): E[1 - p^K - (1-p)^K] over the label's pass rates, a task
+of the full sweep being a new draw from the label. Estimated without assuming the prior family
+(tools/estimate_bootstrap.py: directly from the pilot's tasks when they have K rollouts, else
+extrapolated). The extrapolated interval includes the profile-likelihood range of the
+point-masses-plus-Beta family (decisions/posterior.py): the smallest and largest useful fraction
+over the priors whose marginal log-likelihood of the pilot is within chi2_1(level) / 2 of the
+maximum (1.92 at 95 %). An all-fail pilot thus gives [0, upper bound] rather than "no useful
+task": 12 tasks x 4 rollouts, all failed, still allow a large share of tasks with a small pass
+rate.
 
 Adaptive rollouts: the expected rollouts per task of the `exact` and `bayes` stopping tests
 (decisions/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
@@ -35,6 +37,7 @@ from rewardprof.decisions.posterior import (
     prior_from_theta,
     theta_of,
 )
+from rewardprof.tools.estimate_bootstrap import useful_direct, useful_extrapolated
 
 ROUND_SIZE = 2  # rollouts per task per adaptive round after the first (adaptive.round_size)
 
@@ -83,10 +86,15 @@ def likelihood_range(
 
 
 def useful_prediction(counts: list[tuple[int, int]], k: int, level: float = 0.95) -> dict:
-    """Point estimate and interval of the useful fraction at K, and the fitted prior."""
+    """Point estimate, interval and basis of the useful fraction at K (direct when every pilot
+    task has K rollouts, else extrapolated: tools/estimate_bootstrap.py), and the fitted prior
+    (which the adaptive rollout shares use)."""
     prior = fit_prior([x[0] for x in counts], [x[1] for x in counts])
-    lo, hi = likelihood_range(counts, lambda pr: useful_at(pr, k), level)
-    return {"useful_fraction": useful_at(prior, k), "low": lo, "high": hi, "prior": prior}
+    found = useful_direct(counts, k, level)
+    if found is None:
+        family = likelihood_range(counts, lambda pr: useful_at(pr, k), level)
+        found = useful_extrapolated(counts, k, family, level)
+    return {**found, "prior": prior}
 
 
 def expected_rollouts(

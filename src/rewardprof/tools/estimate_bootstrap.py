@@ -1,0 +1,120 @@
+"""Intervals of `estimate` that do not assume the prior family: the useful fraction at K and the
+GPU-hours, from the pilot's tasks alone.
+
+Useful fraction at K (a task is useful when its K rollouts are not all equal):
+
+* basis "direct" -- every pilot task has n >= K scored rollouts. Per task, the probability that
+  K of its rollouts drawn without replacement are all passes or all failures,
+  u = 1 - C(c, K) / C(n, K) - C(n - c, K) / C(n, K), is an unbiased estimate of that task's
+  1 - p^K - (1 - p)^K whatever the shape of the label's pass rates, so their mean is unbiased
+  for the useful fraction. Interval: the union of a percentile bootstrap over the pilot's tasks
+  and the Clopper-Pearson interval of sum(u) "successes" in T tasks (u in [0, 1] has at most a
+  Bernoulli's variance, so the latter is conservative; it keeps an all-fail or all-mixed pilot
+  from a zero-width bootstrap interval).
+* basis "extrapolated" -- some pilot task has fewer than K rollouts: how a task behaves over
+  K > n rollouts is not in the data (a pass rate of 0 and one of 0.01 look alike in 4
+  rollouts). The point value is the grid prior's (decisions/grid_prior.py, a discrete mixture
+  on a grid of p: no parametric family) fitted on the pilot; the interval is the union of a
+  bootstrap of that fit over the pilot's tasks and the profile-likelihood range of the
+  point-masses-plus-Beta family (tools/estimate_signal.py), which spans the "never" vs
+  "rarely" passes that n rollouts cannot tell apart. It assumes the pass rates look like one of
+  those shapes beyond what n rollouts show; docs/sizing.md says when to trust it.
+
+GPU-hours: the pilot measured its GPU-hours per unit of cost (output tokens + 1 per rollout);
+a label's GPU-hours for the sweep are its rollouts x its mean cost per rollout / that rate.
+The interval bootstraps the label's mean cost per rollout over its pilot tasks (which tasks
+the pilot happened to draw); the throughput itself is the pilot's one measurement.
+
+Bootstrap resamples are drawn with a fixed seed: the same pilot gives the same estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rewardprof.decisions.audit import clopper_pearson
+from rewardprof.decisions.grid_prior import GRID, em_weights, likelihood_matrix
+from rewardprof.decisions.posterior import grouped_counts
+
+REPLICATES = 2000  # direct basis: resampled means cost nothing
+FIT_REPLICATES = 200  # extrapolated basis: one EM fit per resample (fitted all at once)
+SEED = 20260  # resamples are part of the estimate: fixed
+
+
+def _useful_exact(n: int, c: int, k: int) -> float:
+    total = math.comb(n, k)
+    return 1.0 - (math.comb(c, k) + math.comb(n - c, k)) / total
+
+
+def _percentile(values: np.ndarray, level: float) -> tuple[float, float]:
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def _resampled_pairs(weights: list[float], replicates: int) -> np.ndarray:
+    """Counts per distinct (n, c) of `replicates` resamples of the tasks with replacement."""
+    counts = np.asarray(weights, dtype=float)
+    rng = np.random.default_rng(SEED)
+    return rng.multinomial(int(counts.sum()), counts / counts.sum(), size=replicates)
+
+
+def useful_direct(counts: list[tuple[int, int]], k: int, level: float = 0.95) -> dict | None:
+    """The direct-basis estimate (module doc), or None when some task has fewer than K scored
+    rollouts (or none has any)."""
+    pairs, weights = grouped_counts([x[0] for x in counts], [x[1] for x in counts])
+    if not pairs or min(n for n, _ in pairs) < k:
+        return None
+    u = np.array([_useful_exact(n, c, k) for n, c in pairs])
+    tasks = float(sum(weights))
+    point = float(np.dot(weights, u) / tasks)
+    boot = _resampled_pairs(weights, REPLICATES) @ u / tasks
+    b_lo, b_hi = _percentile(boot, level)
+    # Clopper-Pearson at a non-integer count: the beta quantiles take it as it is
+    cp_lo, cp_hi = clopper_pearson(point * tasks, int(tasks), level)
+    return {
+        "useful_fraction": point,
+        "low": min(b_lo, cp_lo),
+        "high": max(b_hi, cp_hi),
+        "basis": "direct",
+    }
+
+
+def grid_useful(weights: np.ndarray, k: int) -> np.ndarray:
+    """E[1 - p^K - (1 - p)^K] under grid weights (one value per row of `weights`)."""
+    return np.asarray(weights) @ (1.0 - GRID**k - (1.0 - GRID) ** k)
+
+
+def useful_extrapolated(
+    counts: list[tuple[int, int]], k: int, family_range: tuple[float, float], level: float = 0.95
+) -> dict:
+    """The extrapolated-basis estimate (module doc); `family_range`: the point-masses-plus-Beta
+    profile-likelihood range of the useful fraction."""
+    pairs, weights = grouped_counts([x[0] for x in counts], [x[1] for x in counts])
+    if not pairs:
+        return {"useful_fraction": None, "low": 0.0, "high": 1.0, "basis": "no scored rollouts"}
+    lik = likelihood_matrix(pairs)
+    point = float(grid_useful(em_weights(lik, np.asarray(weights, float)), k))
+    fits = em_weights(lik, _resampled_pairs(weights, FIT_REPLICATES))
+    b_lo, b_hi = _percentile(grid_useful(fits, k), level)
+    return {
+        "useful_fraction": point,
+        "low": min(b_lo, family_range[0], point),
+        "high": max(b_hi, family_range[1], point),
+        "basis": "extrapolated",
+    }
+
+
+def cost_interval(task_costs: list[tuple[float, int]], level: float = 0.95) -> tuple[float, float]:
+    """(low, high) of a label's mean cost per rollout relative to the pilot's value, from a
+    bootstrap over its tasks; task_costs: (summed cost, rollouts) per pilot task."""
+    cost = np.array([x[0] for x in task_costs], dtype=float)
+    rollouts = np.array([x[1] for x in task_costs], dtype=float)
+    if len(cost) < 2 or rollouts.sum() <= 0:
+        return 1.0, 1.0
+    rng = np.random.default_rng(SEED)
+    picks = rng.multinomial(len(cost), np.full(len(cost), 1.0 / len(cost)), size=REPLICATES)
+    ratio = (picks @ cost) / np.maximum(picks @ rollouts, 1e-12)
+    lo, hi = _percentile(ratio / (cost.sum() / rollouts.sum()), level)
+    return lo, hi
