@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -13,6 +15,12 @@ from rewardprof.manifest.load import validate_config
 from rewardprof.store.layout import RunLayout
 from rewardprof.tools.estimate import estimate, measure_pilot
 from rewardprof.tools.estimate_report import to_markdown
+from rewardprof.tools.estimate_signal import (
+    adaptive_rollouts,
+    group_value_counts,
+    value_counts_of,
+    variance_rollouts,
+)
 from rewardprof.tools.estimate_startup import attempt_of
 
 TASKS_PER_SHARD = 4
@@ -54,6 +62,7 @@ def _pilot_dir(root, shards: list[list[tuple[float, float]]], passes=None):
             "request_n": [1] * size,
             "latency_s": [1.0] * size,
             "completion_tokens": [10 + (t % 3) * 20 for t in cols["task_index"]],
+            "reward": [0.0] * size,
         }
     )
     pq.write_table(table, layout.rollouts)
@@ -120,3 +129,41 @@ def test_gpu_hours_interval_holds_the_point_and_follows_cost_spread(tmp_path):
         row["gpu_hours_low"],
         row["gpu_hours_high"],
     )
+
+
+def test_a_partial_credit_label_settles_on_its_reward_variance():
+    """Rewards 0 and 0.5 alternating, 8 per task: 0/1 passes call every task all-fail (exact
+    would run it to K); by reward values each task shows two values with q = 1/2 each, so its
+    first m rewards are all equal with probability 2 * 0.5^m = 0.5^(m - 1)."""
+    rollouts = pd.DataFrame(
+        {
+            "task_index": np.repeat(np.arange(20), 8),
+            "status": "ok",
+            "reward": np.tile([0.0, 0.5], 80),
+        }
+    )
+    per_task = value_counts_of(rollouts)
+    assert per_task[0] == {0.0: 4, 0.5: 4} and len(per_task) == 20
+    label = {"counts": [(8, 0)] * 20, "value_counts": per_task}
+    counts = group_value_counts([label])
+    assert counts.shape == (20, 2)
+    # first round 2, then 2 at a time to 16: 2 + 2 * sum over m = 2, 4, ..., 14 of 0.5^(m - 1)
+    by_hand = 2 + 2 * sum(0.5 ** (m - 1) for m in range(2, 16, 2))
+    assert variance_rollouts(counts, 16, 2, 2) == pytest.approx(by_hand, rel=0.01)
+    target = validate_config(
+        {
+            "adaptive": {"mode": "exact"},
+            "entries": [{"label": "a", "environment": "math", "source": "x", "num_repeats": 16}],
+        }
+    )
+    shares = adaptive_rollouts(target, None, 16, counts)
+    assert shares["exact"] == pytest.approx(by_hand / 16, rel=0.01)
+    # a 0/1 label has no value counts; mixed with one in a group it counts as {0: n-c, 1: c}
+    binary = {"counts": [(8, 3)], "value_counts": None}
+    assert group_value_counts([binary]) is None
+    assert group_value_counts([label, binary])[-1].tolist() == [5, 0, 3]
+    # a pass-rate band looks at more than the variance: no prediction, every task to K
+    banded = target.model_copy(
+        update={"export": target.export.model_copy(update={"min_pass_rate": 0.1})}
+    )
+    assert adaptive_rollouts(banded, None, 16, counts) == {"bayes": 1.0, "exact": 1.0}

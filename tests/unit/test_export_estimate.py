@@ -281,6 +281,7 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
             "finished_at": [0.01] * 8,
             "completion_tokens": [5, 5, 5, 5, 1, 1, 1, 1],
             "writer": ["0-of-1_x"] * 8,
+            "reward": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0],
         }
     )
     pq.write_table(rollouts, layout.rollouts)

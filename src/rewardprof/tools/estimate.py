@@ -40,9 +40,14 @@ from rewardprof.core.config import Config, GeneratorSource
 from rewardprof.manifest.load import load_config
 from rewardprof.sources.files import resolve_source
 from rewardprof.store.layout import RunLayout
-from rewardprof.tools.estimate_bootstrap import cost_interval
+from rewardprof.tools.estimate_bootstrap import cost_interval, total_useful
 from rewardprof.tools.estimate_report import to_markdown
-from rewardprof.tools.estimate_signal import adaptive_rollouts, useful_prediction
+from rewardprof.tools.estimate_signal import (
+    adaptive_rollouts,
+    group_value_counts,
+    useful_prediction,
+    value_counts_of,
+)
 from rewardprof.tools.estimate_startup import startup_overhead
 
 _COLS = [
@@ -54,6 +59,7 @@ _COLS = [
     "finished_at",
     "completion_tokens",
     "writer",
+    "reward",
 ]
 
 
@@ -110,6 +116,7 @@ def measure_pilot(
             "counts": counts,  # (scored rollouts, passes) per task
             # (summed cost, rollouts) per task: the GPU-hours interval's bootstrap
             "task_costs": list(zip(costs["cost"], costs["rollouts"], strict=True)),
+            "value_counts": value_counts_of(mine),
         }
     jobs = startup_overhead(layout.shard_benchmarks_dir("rollout"), spans["first"], spans["last"])
     return {
@@ -207,7 +214,7 @@ def _label_row(target: Config, e, n_tasks: int, basis: str, rate, group) -> dict
     pred = useful_prediction([t for x in group for t in x["counts"]], k)
     if basis != "label":
         pred = _borrowed_useful(group, k, pred)
-    shares = adaptive_rollouts(target, pred["prior"], k)
+    shares = adaptive_rollouts(target, pred["prior"], k, group_value_counts(group))
     cost_lo, cost_hi = cost_interval([t for x in group for t in x.get("task_costs", [])])
     useful = {
         key: None if pred[key] is None else n_tasks * pred[key]
@@ -300,18 +307,7 @@ def _assemble(
     }
 
 
-def total_useful(parts: list[dict[str, float]]) -> dict[str, float]:
-    """The useful tasks over labels: the sum of the point values, and an interval of about the
-    labels' level, not the sum of their bounds (that is wider than the level claims: every
-    label at its extreme at once). The labels' fits are independent, so their deviations add
-    in quadrature on each side."""
-    point = sum(p["useful_fraction"] for p in parts)
-    below = math.sqrt(sum((p["useful_fraction"] - p["low"]) ** 2 for p in parts))
-    above = math.sqrt(sum((p["high"] - p["useful_fraction"]) ** 2 for p in parts))
-    return {"useful_fraction": point, "low": max(0.0, point - below), "high": point + above}
-
-
-_RAW_PILOT_KEYS = ("counts", "task_costs", "gpu_hours", "rollouts_per_gpu_hour")
+_RAW_PILOT_KEYS = ("counts", "task_costs", "value_counts", "gpu_hours", "rollouts_per_gpu_hour")
 
 
 def _pilot_label(label: str, v: dict[str, Any]) -> dict[str, Any]:

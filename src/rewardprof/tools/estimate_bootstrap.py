@@ -118,3 +118,14 @@ def cost_interval(task_costs: list[tuple[float, int]], level: float = 0.95) -> t
     ratio = (picks @ cost) / np.maximum(picks @ rollouts, 1e-12)
     lo, hi = _percentile(ratio / (cost.sum() / rollouts.sum()), level)
     return lo, hi
+
+
+def total_useful(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The useful tasks over labels: the sum of the point values, and an interval of about the
+    labels' level, not the sum of their bounds (that is wider than the level claims: every
+    label at its extreme at once). The labels' fits are independent, so their deviations add
+    in quadrature on each side."""
+    point = sum(p["useful_fraction"] for p in parts)
+    below = math.sqrt(sum((p["useful_fraction"] - p["low"]) ** 2 for p in parts))
+    above = math.sqrt(sum((p["high"] - p["useful_fraction"]) ** 2 for p in parts))
+    return {"useful_fraction": point, "low": max(0.0, point - below), "high": point + above}
