@@ -108,11 +108,12 @@ def useful_extrapolated(
 
 def cost_interval(task_costs: list[tuple[float, int]], level: float = 0.95) -> tuple[float, float]:
     """(low, high) of a label's mean cost per rollout relative to the pilot's value, from a
-    bootstrap over its tasks; task_costs: (summed cost, rollouts) per pilot task."""
+    bootstrap over its tasks; task_costs: (summed cost, rollouts) per pilot task (NaN when
+    fewer than 2 tasks were recorded)."""
     cost = np.array([x[0] for x in task_costs], dtype=float)
     rollouts = np.array([x[1] for x in task_costs], dtype=float)
     if len(cost) < 2 or rollouts.sum() <= 0:
-        return 1.0, 1.0
+        return math.nan, math.nan  # no spread to resample: no interval (shown as "-")
     rng = np.random.default_rng(SEED)
     picks = rng.multinomial(len(cost), np.full(len(cost), 1.0 / len(cost)), size=REPLICATES)
     ratio = (picks @ cost) / np.maximum(picks @ rollouts, 1e-12)

@@ -19,6 +19,15 @@ def _excluded(tot: dict[str, Any]) -> str:
     return f"; without {', '.join(left_out)}: no pilot data" if left_out else ""
 
 
+def _hours_interval(tot: dict[str, Any]) -> str:
+    if tot.get("gpu_hours_low") is None or tot.get("gpu_hours_high") is None:
+        return ""
+    return (
+        f" (95 % interval over which tasks the pilot drew: {tot['gpu_hours_low']:,} to "
+        f"{tot['gpu_hours_high']:,})"
+    )
+
+
 def to_markdown(res: dict[str, Any]) -> str:
     p, t, tot = res["pilot"], res["target"], res["total"]
     lines = [
@@ -80,9 +89,7 @@ def to_markdown(res: dict[str, Any]) -> str:
     lines += [
         "",
         f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
-        f"{tot['gpu_hours']:,} GPU-hours of generation "
-        f"(95 % interval over which tasks the pilot drew: {tot['gpu_hours_low']:,} to "
-        f"{tot['gpu_hours_high']:,}) "
+        f"{tot['gpu_hours']:,} GPU-hours of generation{_hours_interval(tot)} "
         f"({tot['gpu_hours_with_startup']:,} with engine startup), "
         f"wall time ≈ {tot['wall_hours']:,} h on {t['gpus']} GPU(s); "
         f"≈ {tot['useful_tasks']:,} useful tasks (K rollouts not all equal; ≈ 95 % interval, "
