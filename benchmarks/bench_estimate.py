@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--reps-extrapolated", type=int, default=100, help="... extrapolated")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--partial-credit", action="store_true", help="the adaptive share instead")
+    ap.add_argument("--shape", choices=list(SHAPES), help="one shape only")
+    ap.add_argument("--pilot-n", type=int, choices=[4, 8], help="one pilot n only")
     args = ap.parse_args()
     if args.partial_credit:
         partial_credit()
@@ -125,7 +127,9 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, shape in SHAPES.items():
-        for n in (args.k, 4):
+        if args.shape not in (None, name):
+            continue
+        for n in [x for x in (args.k, 4) if args.pilot_n in (None, x)]:
             for tasks in (100, 1000):
                 reps = args.reps if n >= args.k else args.reps_extrapolated
                 t0 = time.perf_counter()

@@ -15,10 +15,12 @@ Useful fraction at K (a task is useful when its K rollouts are not all equal):
   K > n rollouts is not in the data (a pass rate of 0 and one of 0.01 look alike in 4
   rollouts). The point value is the grid prior's (decisions/grid_prior.py, a discrete mixture
   on a grid of p: no parametric family) fitted on the pilot; the interval is the union of a
-  bootstrap of that fit over the pilot's tasks and the profile-likelihood range of the
-  point-masses-plus-Beta family (tools/estimate_signal.py), which spans the "never" vs
-  "rarely" passes that n rollouts cannot tell apart. It assumes the pass rates look like one of
-  those shapes beyond what n rollouts show; docs/sizing.md says when to trust it.
+  bootstrap of that fit over the pilot's tasks, the fit with its mass at p = 0 (or 1) moved to
+  a small (large) p as far as the likelihood allows (within chi2_1(level) / 2 of the fit), and
+  the profile-likelihood range of the point-masses-plus-Beta family (tools/estimate_signal.py):
+  they span the "never" vs "rarely" passes that n rollouts cannot tell apart. It assumes the
+  pass rates look like one of those shapes beyond what n rollouts show; docs/sizing.md says
+  when to trust it.
 
 GPU-hours: the pilot measured its GPU-hours per unit of cost (output tokens + 1 per rollout);
 a label's GPU-hours for the sweep are its rollouts x its mean cost per rollout / that rate.
@@ -31,6 +33,7 @@ Bootstrap resamples are drawn with a fixed seed: the same pilot gives the same e
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -95,15 +98,49 @@ def useful_extrapolated(
     if not pairs:
         return {"useful_fraction": None, "low": 0.0, "high": 1.0, "basis": "no scored rollouts"}
     lik = likelihood_matrix(pairs)
-    point = float(grid_useful(em_weights(lik, np.asarray(weights, float)), k))
+    counts = np.asarray(weights, float)
+    best = em_weights(lik, counts)
+    point = float(grid_useful(best, k))
     fits = em_weights(lik, _resampled_pairs(weights, FIT_REPLICATES))
     b_lo, b_hi = _percentile(grid_useful(fits, k), level)
+    floor = _log_lik(best[None, :], lik, counts)[0] - NormalDist().inv_cdf(0.5 + level / 2) ** 2 / 2
+    edges = grid_useful(_edge_moves(best, lik, counts, floor), k)
     return {
         "useful_fraction": point,
-        "low": min(b_lo, family_range[0], point),
-        "high": max(b_hi, family_range[1], point),
+        "low": float(min(b_lo, family_range[0], point, *edges)),
+        "high": float(max(b_hi, family_range[1], point, *edges)),
         "basis": "extrapolated",
     }
+
+
+# where "never passes" mass may really sit (and 1 - these for "always passes")
+_RARELY = (0.005, 0.01, 0.02, 0.03, 0.06, 0.1)
+_SHARES = np.linspace(0.0, 1.0, 201)
+
+
+def _log_lik(w: np.ndarray, lik: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Log-likelihood of the pilot's pair counts under each row of grid weights."""
+    with np.errstate(divide="ignore"):
+        return np.log(w @ lik.T) @ counts
+
+
+def _edge_moves(best: np.ndarray, lik: np.ndarray, counts: np.ndarray, floor: float) -> np.ndarray:
+    """Grid weights with as much of the mass at p = 0 moved to a small p (and at 1 to a large
+    one) as keeps the log-likelihood >= floor, one row per target point: few rollouts cannot
+    tell "never passes" from "rarely passes", and the useful fraction at a larger K differs."""
+    rows = []
+    for end, sign in ((0, 1.0), (len(GRID) - 1, -1.0)):
+        if best[end] <= 1e-9:
+            continue
+        for p in _RARELY:
+            dst = int(np.argmin(np.abs(GRID - (p if sign > 0 else 1.0 - p))))
+            moved = np.repeat(best[None, :], len(_SHARES), axis=0)
+            moved[:, dst] += _SHARES * best[end]
+            moved[:, end] -= _SHARES * best[end]
+            allowed = np.flatnonzero(_log_lik(moved, lik, counts) >= floor)
+            if len(allowed):
+                rows.append(moved[allowed[-1]])
+    return np.array(rows) if rows else best[None, :]
 
 
 def cost_interval(task_costs: list[tuple[float, int]], level: float = 0.95) -> tuple[float, float]:
