@@ -175,16 +175,21 @@ def test_estimate_arithmetic():
     res = estimate(pilot, target, gpus=4, tasks={"a": 1000, "c": 400})
     a, c = res["labels"]
     assert (a["basis"], a["rollouts"], a["gpu_hours"]) == ("label", 2000, 20.0)
-    # every pilot task of a at 2/4: the fitted prior concentrates near p = 0.5, where K = 2
-    # rollouts differ with probability 1/2
-    assert a["useful_fraction"] == pytest.approx(0.5, abs=0.02)
+    # every pilot task of a at 2/4, K = 2 <= 4 rollouts: directly from the tasks, the chance
+    # that 2 of a task's 4 rollouts drawn without replacement differ: 1 - 2 / C(4, 2)
+    assert a["useful_basis"] == "direct"
+    assert a["useful_fraction"] == pytest.approx(1 - 2 / 6, abs=1e-3)
     assert a["useful_fraction_low"] <= a["useful_fraction"] <= a["useful_fraction_high"]
     assert a["useful_tasks"] == pytest.approx(1000 * a["useful_fraction"], abs=1)
     # adaptive: every task settles after 2 rollouts or runs both: exact never costs more
     assert a["gpu_hours_exact"] <= a["gpu_hours"]
     # c is not in the pilot: borrows b's rate through its environment
     assert (c["basis"], c["rollouts"], c["gpu_hours"]) == ("environment mcq", 3200, 8.0)
-    assert c["useful_fraction"] < 0.01  # b's tasks all passed
+    # ... but not its useful fraction: no point value, b's interval, marked
+    assert c["useful_fraction"] is None and c["useful_tasks"] is None
+    assert c["useful_basis"].startswith("no pilot data")
+    assert c["useful_fraction_low"] == 0.0 and 0.0 < c["useful_fraction_high"] < 0.2
+    assert res["total"]["useful_tasks_exclude"] == ["c"]
     tot = res["total"]
     assert tot["gpu_hours"] == 28.0 and tot["rollouts"] == 5200
     # 8 jobs on 4 engines: 2 waves of (28 h / 8 jobs + 0.1 h startup)
@@ -276,6 +281,7 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
             "finished_at": [0.01] * 8,
             "completion_tokens": [5, 5, 5, 5, 1, 1, 1, 1],
             "writer": ["0-of-1_x"] * 8,
+            "reward": [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0],
         }
     )
     pq.write_table(rollouts, layout.rollouts)

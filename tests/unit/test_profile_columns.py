@@ -221,3 +221,6 @@ def test_small_labels_get_the_pooled_prior_flagged_and_zero_in_their_intervals()
         assert (rows["post_ci_low"] == 0.0).all()  # a 0/4 task may never pass
         assert prof.attrs["priors"][lbl]["source"] == "pooled"
         assert prof.attrs["priors"][lbl]["label_tasks"] < prof.attrs["priors"][lbl]["min_tasks"]
+        # intervals widened, but a label this small is flagged: coverage not vouched for
+        assert (rows["interval_coverage"] == "may_undercover").all()
+        assert prof.attrs["priors"][lbl]["interval_coverage"] == "may_undercover"

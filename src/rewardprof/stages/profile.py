@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK, FailureKind
+from rewardprof.decisions.bin_prior import COVERAGE_MIN_TASKS, widened
 from rewardprof.decisions.label_prior import MIN_TASKS
 from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
 from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
@@ -115,7 +116,10 @@ def _posterior_cols(
     fitted the same way on that indicator: 1 - q^G - (1-q)^G is a lower bound of the chance
     that a group's rewards differ (exact when a task's rewards take v* and one other value).
     A label with fewer than MIN_TASKS scored tasks uses the prior fitted on every label's
-    tasks (`prior_source` "pooled"), and summary.json flags a prior fitted on fewer."""
+    tasks (`prior_source` "pooled"), and summary.json flags a prior fitted on fewer. Credible
+    intervals are widened to cover a histogram prior's too (decisions/bin_prior.py: the family
+    alone undercovers off-family labels), and flagged where that was not enough when measured
+    (`interval_coverage`)."""
     p = cfg.profile
     n = prof["num_rollouts"].to_numpy()
     c = prof["num_passed"].to_numpy()
@@ -123,6 +127,7 @@ def _posterior_cols(
     rounded = np.round(reward, 9)
     out = {k: np.full(len(n), np.nan) for k in POSTERIOR_COLUMNS}
     out["prior_source"] = np.full(len(n), "label", dtype=object)
+    out["interval_coverage"] = np.full(len(n), "widened", dtype=object)
     settings = {"level": p.ci_level, "group_size": p.group_size, "min_signal": p.signal_threshold}
     priors: dict[str, dict[str, Any]] = {}
     pooled = fit_prior(n, c)
@@ -133,13 +138,20 @@ def _posterior_cols(
         source = "label" if tasks >= MIN_TASKS else "pooled"
         prior = fit_prior(n[rows], c[rows]) if source == "label" else pooled
         cols = posterior_columns(prior, n[rows], c[rows], **settings)
+        lo, hi, coverage = widened(
+            n[rows], c[rows], cols["post_ci_low"], cols["post_ci_high"], p.ci_level
+        )
+        cols["post_ci_low"], cols["post_ci_high"] = lo, hi
         out["prior_source"][rows] = source
+        out["interval_coverage"][rows] = coverage
         priors[lbl] = {
             "pass_rate": prior.as_dict(),
             "source": source,
             "label_tasks": tasks,
             "min_tasks": MIN_TASKS,
             "too_few_tasks": prior.tasks < MIN_TASKS,
+            "interval_coverage": coverage,
+            "coverage_min_tasks": COVERAGE_MIN_TASKS,
         }
         if not binary:
             of_label = rows[pos]

@@ -26,9 +26,9 @@ environment, else the pilot's overall rate (the output says which).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,15 @@ from rewardprof.core.config import Config, GeneratorSource
 from rewardprof.manifest.load import load_config
 from rewardprof.sources.files import resolve_source
 from rewardprof.store.layout import RunLayout
-from rewardprof.store.shards import parse_shard_name, writer_prefixes
+from rewardprof.tools.estimate_bootstrap import cost_interval, total_useful
 from rewardprof.tools.estimate_report import to_markdown
-from rewardprof.tools.estimate_signal import adaptive_rollouts, useful_prediction
+from rewardprof.tools.estimate_signal import (
+    adaptive_rollouts,
+    group_value_counts,
+    useful_prediction,
+    value_counts_of,
+)
+from rewardprof.tools.estimate_startup import startup_overhead
 
 _COLS = [
     "task_index",
@@ -53,6 +59,7 @@ _COLS = [
     "finished_at",
     "completion_tokens",
     "writer",
+    "reward",
 ]
 
 
@@ -60,22 +67,6 @@ def _label_of(report: dict[str, Any], task_index: np.ndarray) -> np.ndarray:
     starts = np.array([e["start"] for e in report["entries"]])
     idx = np.searchsorted(starts, task_index, side="right") - 1
     return np.array([e["label"] for e in report["entries"]], dtype=object)[np.clip(idx, 0, None)]
-
-
-def _startup_overhead(layout: RunLayout, spans: pd.Series) -> float | None:
-    """Mean (benchmark seconds - generation span of the job's last writer) over rollout jobs."""
-    out = []
-    for tsv in sorted(layout.shard_benchmarks_dir("rollout").glob("*.tsv")):
-        shard = parse_shard_name(tsv.name, "tsv")
-        if shard is None:
-            continue
-        prefixes = writer_prefixes(*shard)  # the job's writer ids (rewardprof rollout)
-        mine = spans[[w for w in spans.index if str(w).startswith(prefixes)]]
-        with tsv.open() as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        if rows and len(mine):
-            out.append(max(0.0, float(rows[-1]["s"]) - float(mine.iloc[-1])))
-    return float(np.mean(out)) if out else None
 
 
 def measure_pilot(
@@ -100,9 +91,12 @@ def measure_pilot(
     prof = pq.read_table(
         layout.profile_tasks, columns=["label", "num_rollouts", "num_passed"]
     ).to_pandas()
+    per_task = r.groupby("task_index").agg(cost=("cost", "sum"), rollouts=("cost", "size"))
+    per_task["label"] = _label_of(report, per_task.index.to_numpy())
     labels = {}
     for e in report["entries"]:
         mine = r[r["label"] == e["label"]]
+        costs = per_task[per_task["label"] == e["label"]]
         share = float(mine["cost"].sum()) / total_cost
         lab_gpu_h = gpu_h * share
         of_label = prof[prof["label"] == e["label"]]
@@ -120,11 +114,18 @@ def measure_pilot(
             "cost_share": _r(share),
             "rollouts_per_gpu_hour": len(mine) / lab_gpu_h if lab_gpu_h > 0 else None,
             "counts": counts,  # (scored rollouts, passes) per task
+            # (summed cost, rollouts) per task: the GPU-hours interval's bootstrap
+            "task_costs": list(zip(costs["cost"], costs["rollouts"], strict=True)),
+            "value_counts": value_counts_of(mine),
         }
+    jobs = startup_overhead(layout.shard_benchmarks_dir("rollout"), spans["first"], spans["last"])
     return {
         "run_dir": str(layout.root),
         "rollouts": len(r),
-        "jobs": len(spans),
+        "jobs": jobs["jobs"],
+        "attempts": jobs["attempts"],
+        "interrupted_shards": jobs["interrupted_shards"],
+        "warnings": [jobs["warning"]] if jobs["warning"] else [],
         "engine_hours": _r(engine_s / 3600, 6),
         "gpu_hours": gpu_h,
         "gpus_per_engine": gpus_per_engine,
@@ -133,7 +134,7 @@ def measure_pilot(
         "output_tokens_per_gpu_hour": _r(r["completion_tokens"].sum() / gpu_h)
         if gpu_h > 0
         else None,
-        "startup_overhead_s": _r(_startup_overhead(layout, span_s)),
+        "startup_overhead_s": _r(jobs["startup_overhead_s"]),
         "labels": labels,
     }
 
@@ -178,28 +179,48 @@ def estimate(
     rows = []
     for e in target.entries:
         if e.label in pilot["labels"] and pilot["labels"][e.label]["rollouts_per_gpu_hour"]:
-            src, basis = pilot["labels"][e.label], "label"
-            rate, counts = src["rollouts_per_gpu_hour"], src["counts"]
+            group, basis = [pilot["labels"][e.label]], "label"
+            rate = group[0]["rollouts_per_gpu_hour"]
         elif e.environment in by_env:
             group, basis = by_env[e.environment], f"environment {e.environment}"
             h = sum(x["gpu_hours"] for x in group)
             rate = sum(x["rollouts"] for x in group) / h if h else None
-            counts = [t for x in group for t in x["counts"]]
         else:
             basis, rate = "overall", pilot["rollouts_per_gpu_hour"]
-            counts = [t for x in pilot["labels"].values() for t in x["counts"]]
-        rows.append(_label_row(target, e, n_tasks[e.label], basis, rate, counts))
+            group = list(pilot["labels"].values())
+        rows.append(_label_row(target, e, n_tasks[e.label], basis, rate, group))
     return _assemble(pilot, target, rows, gpus, gpus_per_engine)
 
 
-def _label_row(target: Config, e, n_tasks: int, basis: str, rate, counts) -> dict[str, Any]:
-    """One label of the target: rollouts, GPU-hours (fixed K and adaptive), useful tasks."""
+def _borrowed_useful(group: list[dict], k: int, pred: dict) -> dict:
+    """A label without pilot data: no point value; its interval spans the intervals of the pilot
+    labels it borrows from (it may be like any one of them), and says so."""
+    own = [useful_prediction(x["counts"], k) for x in group if x["counts"]]
+    return {
+        **pred,
+        "useful_fraction": None,
+        "low": min((p["low"] for p in own), default=0.0),
+        "high": max((p["high"] for p in own), default=1.0),
+        "basis": "no pilot data: the range of the labels it borrows from",
+    }
+
+
+def _label_row(target: Config, e, n_tasks: int, basis: str, rate, group) -> dict[str, Any]:
+    """One label of the target: rollouts, GPU-hours (fixed K and adaptive, with an interval),
+    useful tasks; `group`: the pilot labels it is measured by (itself when basis is label)."""
     k = e.num_repeats
     rollouts = n_tasks * k
     hours = rollouts / rate if rate else math.nan
-    pred = useful_prediction(counts, k)
-    shares = adaptive_rollouts(target, pred["prior"], k)
-    useful = {key: n_tasks * pred[key] for key in ("useful_fraction", "low", "high")}
+    pred = useful_prediction([t for x in group for t in x["counts"]], k)
+    if basis != "label":
+        pred = _borrowed_useful(group, k, pred)
+    shares = adaptive_rollouts(target, pred["prior"], k, group_value_counts(group))
+    cost_lo, cost_hi = cost_interval([t for x in group for t in x.get("task_costs", [])])
+    useful = {
+        key: None if pred[key] is None else n_tasks * pred[key]
+        for key in ("useful_fraction", "low", "high")
+    }
+    point = useful["useful_fraction"]
     return {
         "label": e.label,
         "environment": e.environment,
@@ -209,18 +230,22 @@ def _label_row(target: Config, e, n_tasks: int, basis: str, rate, counts) -> dic
         "rollouts": rollouts,
         "rollouts_per_gpu_hour": _r(rate),
         "gpu_hours": _hours(hours),
+        "gpu_hours_low": _hours(hours * cost_lo),
+        "gpu_hours_high": _hours(hours * cost_hi),
         **{f"gpu_hours_{m}": _hours(hours * share) for m, share in shares.items()},
         **{f"rollouts_{m}": round(rollouts * share) for m, share in shares.items()},
+        "useful_basis": pred["basis"],
         "useful_fraction": _r(pred["useful_fraction"]),
         "useful_fraction_low": _r(pred["low"]),
         "useful_fraction_high": _r(pred["high"]),
-        "useful_tasks": _r(useful["useful_fraction"], 1),
+        "useful_tasks": _r(point, 1),
         "useful_tasks_low": _r(useful["low"], 1),
         "useful_tasks_high": _r(useful["high"], 1),
-        "useful_tasks_per_gpu_hour": _r(useful["useful_fraction"] / hours) if hours else None,
+        "useful_tasks_per_gpu_hour": _r(point / hours) if hours and point is not None else None,
         "prior": pred["prior"].as_dict(),
         "_hours": hours,  # unrounded, for the totals (dropped by _assemble)
         "_useful": useful,
+        "_hours_range": (hours * cost_lo, hours * cost_hi),
         "_shares": shares,
     }
 
@@ -229,7 +254,15 @@ def _assemble(
     pilot: dict[str, Any], target: Config, rows: list[dict], gpus: int, gpus_per_engine: int
 ) -> dict[str, Any]:
     total_h = sum(r["_hours"] for r in rows)
-    useful = total_useful([r["_useful"] for r in rows])
+    known = [r for r in rows if r["_useful"]["useful_fraction"] is not None]
+    useful = total_useful([r["_useful"] for r in known])
+    hours_range = total_useful(
+        [
+            {"useful_fraction": r["_hours"], "low": lo, "high": hi}
+            for r in rows
+            for lo, hi in [r["_hours_range"]]
+        ]
+    )
     adaptive_h = {m: sum(r["_hours"] * r["_shares"][m] for r in rows) for m in ("exact", "bayes")}
     engines = max(1, gpus // gpus_per_engine)
     jobs = target.num_shards
@@ -256,6 +289,8 @@ def _assemble(
             "tasks": sum(r["tasks"] for r in rows),
             "rollouts": sum(r["rollouts"] for r in rows),
             "gpu_hours": _hours(total_h),
+            "gpu_hours_low": _hours(hours_range["low"]),
+            "gpu_hours_high": _hours(hours_range["high"]),
             "gpu_hours_with_startup": _hours(total_h + jobs * overhead_h * gpus_per_engine),
             "gpu_hours_exact": _hours(adaptive_h["exact"]),
             "gpu_hours_bayes": _hours(adaptive_h["bayes"]),
@@ -266,19 +301,13 @@ def _assemble(
             "useful_tasks_per_gpu_hour": _r(useful["useful_fraction"] / total_h)
             if total_h
             else None,
+            # labels without pilot data have no point value: left out of the useful totals
+            "useful_tasks_exclude": [r["label"] for r in rows if r not in known],
         },
     }
 
 
-def total_useful(parts: list[dict[str, float]]) -> dict[str, float]:
-    """The useful tasks over labels: the sum of the point values, and an interval of about the
-    labels' level, not the sum of their bounds (that is wider than the level claims: every
-    label at its extreme at once). The labels' fits are independent, so their deviations add
-    in quadrature on each side."""
-    point = sum(p["useful_fraction"] for p in parts)
-    below = math.sqrt(sum((p["useful_fraction"] - p["low"]) ** 2 for p in parts))
-    above = math.sqrt(sum((p["high"] - p["useful_fraction"]) ** 2 for p in parts))
-    return {"useful_fraction": point, "low": max(0.0, point - below), "high": point + above}
+_RAW_PILOT_KEYS = ("counts", "task_costs", "value_counts", "gpu_hours", "rollouts_per_gpu_hour")
 
 
 def _pilot_label(label: str, v: dict[str, Any]) -> dict[str, Any]:
@@ -286,11 +315,12 @@ def _pilot_label(label: str, v: dict[str, Any]) -> dict[str, Any]:
     pred = useful_prediction(v["counts"], v["num_repeats"])
     return {
         "label": label,
-        **{a: b for a, b in v.items() if a not in ("counts", "gpu_hours", "rollouts_per_gpu_hour")},
+        **{a: b for a, b in v.items() if a not in _RAW_PILOT_KEYS},
         "gpu_hours": _hours(v["gpu_hours"]),
         "rollouts_per_gpu_hour": _r(v["rollouts_per_gpu_hour"]),
         "useful_fraction_at_pilot_k": _r(pred["useful_fraction"]),
         "useful_fraction_at_pilot_k_interval": [_r(pred["low"]), _r(pred["high"])],
+        "useful_basis": pred["basis"],
     }
 
 
@@ -325,6 +355,8 @@ def run_command(args: argparse.Namespace) -> int:
         Path(args.base_dir) if args.base_dir else None,
     )
     md = to_markdown(res)
+    for warning in pilot["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     print(md)
     if args.out:
         out = Path(args.out)

@@ -14,6 +14,20 @@ def _md_table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
     return out + ["| " + " | ".join(_md_cell(r.get(c)) for c in cols) + " |" for r in rows]
 
 
+def _excluded(tot: dict[str, Any]) -> str:
+    left_out = tot.get("useful_tasks_exclude") or []
+    return f"; without {', '.join(left_out)}: no pilot data" if left_out else ""
+
+
+def _hours_interval(tot: dict[str, Any]) -> str:
+    if tot.get("gpu_hours_low") is None or tot.get("gpu_hours_high") is None:
+        return ""
+    return (
+        f" (95 % interval over which tasks the pilot drew: {tot['gpu_hours_low']:,} to "
+        f"{tot['gpu_hours_high']:,})"
+    )
+
+
 def to_markdown(res: dict[str, Any]) -> str:
     p, t, tot = res["pilot"], res["target"], res["total"]
     lines = [
@@ -26,6 +40,7 @@ def to_markdown(res: dict[str, Any]) -> str:
         f"overhead {p['startup_overhead_s']} s per job; GPU-hours split over labels by "
         f"{'output tokens' if p.get('cost_by', 'tokens') == 'tokens' else 'latency'}.",
         "",
+        *(line for w in p.get("warnings", []) for line in (f"**Warning**: {w}.", "")),
         "## Pilot, per label",
         "",
     ]
@@ -40,6 +55,7 @@ def to_markdown(res: dict[str, Any]) -> str:
             "cost_share",
             "rollouts_per_gpu_hour",
             "useful_fraction_at_pilot_k",
+            "useful_basis",
         ],
     )
     lines += [
@@ -58,8 +74,11 @@ def to_markdown(res: dict[str, Any]) -> str:
             "rollouts",
             "rollouts_per_gpu_hour",
             "gpu_hours",
+            "gpu_hours_low",
+            "gpu_hours_high",
             "gpu_hours_exact",
             "gpu_hours_bayes",
+            "useful_basis",
             "useful_fraction",
             "useful_fraction_low",
             "useful_fraction_high",
@@ -70,12 +89,13 @@ def to_markdown(res: dict[str, Any]) -> str:
     lines += [
         "",
         f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
-        f"{tot['gpu_hours']:,} GPU-hours of generation "
+        f"{tot['gpu_hours']:,} GPU-hours of generation{_hours_interval(tot)} "
         f"({tot['gpu_hours_with_startup']:,} with engine startup), "
         f"wall time ≈ {tot['wall_hours']:,} h on {t['gpus']} GPU(s); "
         f"≈ {tot['useful_tasks']:,} useful tasks (K rollouts not all equal; ≈ 95 % interval, "
         "the labels' deviations added in quadrature: "
-        f"{tot['useful_tasks_low']:,} to {tot['useful_tasks_high']:,}), "
+        f"{tot['useful_tasks_low']:,} to {tot['useful_tasks_high']:,}"
+        f"{_excluded(tot)}), "
         f"{tot['useful_tasks_per_gpu_hour']} per GPU-hour. With adaptive sampling (expected, "
         f"under each label's fitted prior): exact {tot['gpu_hours_exact']:,} GPU-hours, "
         f"bayes {tot['gpu_hours_bayes']:,}.",

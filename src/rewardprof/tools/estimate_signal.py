@@ -2,13 +2,15 @@
 interval, and the rollouts adaptive sampling would spend.
 
 Useful fraction at K: the share of tasks whose K rollouts are not all equal (so GRPO, and the
-export's default rules, can use them). Under a label's prior (decisions/posterior.py, fitted on the
-pilot's per-task (rollouts, passes)) it is E[1 - p^K - (1-p)^K] over the prior: a task of the
-full sweep is a new draw from the label. The interval is a profile-likelihood interval: the
-smallest and largest useful fraction over the priors whose marginal log-likelihood of the pilot
-is within chi2_1(level) / 2 of the maximum (1.92 at 95 %). An all-fail pilot thus gives
-[0, upper bound] rather than "no useful task": 12 tasks x 4 rollouts, all failed, still allow a
-large share of tasks with a small pass rate.
+export's default rules, can use them): E[1 - p^K - (1-p)^K] over the label's pass rates, a task
+of the full sweep being a new draw from the label. Estimated without assuming the prior family
+(tools/estimate_bootstrap.py: directly from the pilot's tasks when they have K rollouts, else
+extrapolated). The extrapolated interval includes the profile-likelihood range of the
+point-masses-plus-Beta family (decisions/posterior.py): the smallest and largest useful fraction
+over the priors whose marginal log-likelihood of the pilot is within chi2_1(level) / 2 of the
+maximum (1.92 at 95 %). An all-fail pilot thus gives [0, upper bound] rather than "no useful
+task": 12 tasks x 4 rollouts, all failed, still allow a large share of tasks with a small pass
+rate.
 
 Adaptive rollouts: the expected rollouts per task of the `exact` and `bayes` stopping tests
 (decisions/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
@@ -22,9 +24,11 @@ from collections.abc import Callable
 from statistics import NormalDist
 
 import numpy as np
+import pandas as pd
 
 from rewardprof.decisions.adaptive import bayes_stop, exact_stop
 from rewardprof.decisions.betafn import nelder_mead
+from rewardprof.decisions.grid_prior import GRID, fit_grid
 from rewardprof.decisions.posterior import (
     MixturePrior,
     fit_prior,
@@ -35,6 +39,7 @@ from rewardprof.decisions.posterior import (
     prior_from_theta,
     theta_of,
 )
+from rewardprof.tools.estimate_bootstrap import useful_direct, useful_extrapolated
 
 ROUND_SIZE = 2  # rollouts per task per adaptive round after the first (adaptive.round_size)
 
@@ -83,10 +88,15 @@ def likelihood_range(
 
 
 def useful_prediction(counts: list[tuple[int, int]], k: int, level: float = 0.95) -> dict:
-    """Point estimate and interval of the useful fraction at K, and the fitted prior."""
+    """Point estimate, interval and basis of the useful fraction at K (direct when every pilot
+    task has K rollouts, else extrapolated: tools/estimate_bootstrap.py), and the fitted prior
+    (which the adaptive rollout shares use)."""
     prior = fit_prior([x[0] for x in counts], [x[1] for x in counts])
-    lo, hi = likelihood_range(counts, lambda pr: useful_at(pr, k), level)
-    return {"useful_fraction": useful_at(prior, k), "low": lo, "high": hi, "prior": prior}
+    found = useful_direct(counts, k, level)
+    if found is None:
+        family = likelihood_range(counts, lambda pr: useful_at(pr, k), level)
+        found = useful_extrapolated(counts, k, family, level)
+    return {**found, "prior": prior}
 
 
 def expected_rollouts(
@@ -115,10 +125,55 @@ def expected_rollouts(
         probs, n = nxt, n + step
 
 
-def adaptive_rollouts(cfg, prior: MixturePrior, k: int) -> dict[str, float]:
+def _settles_on_variance(ex) -> bool:
+    """The rules settle a non-0/1 task (keep) once its rewards differ, and leave one whose
+    rewards are all equal open until K: true of drop_all_fail / drop_all_pass and min_rollouts
+    alone, not of pass-rate bands or signal thresholds (which look at more than the variance)."""
+    bands = (ex.min_pass_rate, ex.max_pass_rate, ex.min_grpo_signal)
+    return all(x is None for x in bands) and not _posterior_rules(ex)
+
+
+def _posterior_rules(ex) -> bool:
+    return ex.min_expected_signal is not None or ex.min_signal_probability is not None
+
+
+def variance_rollouts(value_counts: np.ndarray, k: int, first: int, round_size: int) -> float:
+    """Expected rollouts per task of a label with non-0/1 rewards under rules that settle a task
+    once its rewards differ: first, then round_size at a time while every reward so far is
+    equal, up to k. P(the first m rewards are all equal) = sum over reward values v of
+    E[q_v^m], q_v a task's chance of reward v; each E[q_v^m] from a grid prior
+    (decisions/grid_prior.py) fitted on the per-task counts of v. `value_counts`: [task, value]
+    counts of the pilot's scored rollouts."""
+    counts = np.asarray(value_counts, dtype=np.int64)
+    n = counts.sum(axis=1)
+    fits = [fit_grid(n, counts[:, j]).w for j in range(counts.shape[1])]
+
+    def all_equal(m: int) -> float:
+        return min(1.0, sum(float(w @ GRID**m) for w in fits))
+
+    done = min(first, k)
+    total = float(done)
+    while done < k:
+        step = min(round_size, k - done)
+        total += all_equal(done) * step
+        done += step
+    return total
+
+
+def adaptive_rollouts(cfg, prior: MixturePrior, k: int, value_counts=None) -> dict[str, float]:
     """Expected share of k rollouts per task under exact and bayes with the config's adaptive
-    settings (whichever mode it selects), for 0/1 rewards under its export rules."""
+    settings (whichever mode it selects) under its export rules: for 0/1 rewards from the
+    prior; for a label with other rewards (`value_counts` given: [task, value] counts) both
+    take the exact test (decisions/label_prior.py), from variance_rollouts where the rules
+    allow, else every task runs to K."""
     ex, group_size, a = cfg.export, cfg.profile.group_size, cfg.adaptive
+    if value_counts is not None:
+        if not _settles_on_variance(ex):
+            return {"bayes": 1.0, "exact": 1.0}
+        return {
+            "bayes": variance_rollouts(value_counts, k, a.min_rollouts, a.round_size) / k,
+            "exact": variance_rollouts(value_counts, k, a.round_size, a.round_size) / k,
+        }
 
     def exact(n: int, cs: np.ndarray) -> np.ndarray:
         return exact_stop(ex, np.full(len(cs), n), cs, k, group_size)[0]
@@ -127,8 +182,35 @@ def adaptive_rollouts(cfg, prior: MixturePrior, k: int) -> dict[str, float]:
         return bayes_stop(ex, prior, np.full(len(cs), n), cs, k, group_size, a.delta)[0]
 
     out = {"bayes": expected_rollouts(prior, k, bayes, a.min_rollouts, a.round_size) / k}
-    if ex.min_expected_signal is None and ex.min_signal_probability is None:
+    if not _posterior_rules(ex):
         out["exact"] = expected_rollouts(prior, k, exact, a.round_size, a.round_size) / k
     else:  # exact cannot settle posterior rules: it would run every task to K
         out["exact"] = 1.0
     return out
+
+
+def value_counts_of(rollouts: pd.DataFrame) -> list[dict[float, int]] | None:
+    """Per task, how many scored rollouts got each reward value; None for a label whose
+    rewards are all 0 or 1 (its (rollouts, passes) say it all)."""
+    scored = rollouts[(rollouts["status"] == "ok") & rollouts["reward"].notna()]
+    values = scored["reward"].astype(float).round(9)
+    if values.isin([0.0, 1.0]).all():
+        return None
+    per_task = values.groupby([scored["task_index"], values]).size()
+    return [
+        {float(v): int(x) for v, x in part.droplevel(0).items()}
+        for _, part in per_task.groupby(level=0)
+    ]
+
+
+def group_value_counts(group: list[dict]) -> np.ndarray | None:
+    """[task, value] reward-value counts over the pilot labels of a group, None when every
+    label's rewards are 0/1."""
+    if all(x.get("value_counts") is None for x in group):
+        return None
+    tasks = []
+    for x in group:
+        given = x.get("value_counts")
+        tasks += given if given is not None else [{0.0: n - c, 1.0: c} for n, c in x["counts"]]
+    values = sorted({v for t in tasks for v in t})
+    return np.array([[t.get(v, 0) for v in values] for t in tasks], dtype=np.int64)

@@ -1,0 +1,85 @@
+"""A pilot's rollout jobs, their attempts, and the startup overhead per job.
+
+A rollout job writes its journal under writer ids `<i>-of-<n>_<time>-<host>-<pid>-<seq>`, with
+`-r<pass>` appended for each later pass of one adaptive job (stages/rollout/runner.py,
+adaptive_rounds.py): one attempt of shard i = one writer id without that suffix. A shard with
+more than one attempt was interrupted and resumed (killed, preempted, rerun): the benchmark
+file (benchmarks/rollout/<i>-of-<n>.tsv) times only its last attempt, which resumed a partly
+done shard, often on a warm page cache, so its startup says little about a fresh job's.
+
+Startup overhead per job: for every shard run in one attempt, the benchmark's seconds minus the
+attempt's generation span (first request to last finished rollout, over its writers); the mean
+over those shards. Interrupted shards are left out, with one warning; when every shard was
+interrupted their last attempts are used, with a warning that the figure is likely low.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rewardprof.store.shards import parse_shard_name, writer_prefixes
+
+_PASS_SUFFIX = re.compile(r"-r\d+$")
+
+
+def attempt_of(writer: str) -> str:
+    """The attempt a writer id belongs to (its later adaptive passes share it)."""
+    return _PASS_SUFFIX.sub("", str(writer))
+
+
+def _benchmark_seconds(tsv: Path) -> float | None:
+    with tsv.open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return float(rows[-1]["s"]) if rows else None
+
+
+def startup_overhead(benchmark_dir: Path, first: pd.Series, last: pd.Series) -> dict:
+    """{startup_overhead_s, jobs, attempts, interrupted_shards, warning} from the rollout
+    benchmarks and each writer's first request / last finish (indexed by writer id)."""
+    writers = pd.DataFrame({"first": first, "last": last})
+    writers["attempt"] = [attempt_of(w) for w in writers.index]
+    spans = writers.groupby("attempt").agg(first=("first", "min"), last=("last", "max"))
+    clean, resumed, interrupted = [], [], []
+    attempts = 0
+    for tsv in sorted(benchmark_dir.glob("*.tsv")):
+        shard = parse_shard_name(tsv.name, "tsv")
+        seconds = _benchmark_seconds(tsv) if shard is not None else None
+        if shard is None or seconds is None:
+            continue
+        mine = spans[[str(a).startswith(writer_prefixes(*shard)) for a in spans.index]]
+        if not len(mine):
+            continue
+        attempts += len(mine)
+        final = mine.sort_values("first").iloc[-1]
+        overhead = max(0.0, seconds - float(final["last"] - final["first"]))
+        if len(mine) > 1:
+            interrupted.append(tsv.stem)
+            resumed.append(overhead)
+        else:
+            clean.append(overhead)
+    warning = None
+    if interrupted and clean:
+        warning = (
+            f"pilot: {len(interrupted)} of {len(interrupted) + len(clean)} rollout jobs were "
+            f"interrupted and resumed ({', '.join(interrupted)}); startup overhead taken from "
+            f"the {len(clean)} uninterrupted job(s) only"
+        )
+    elif interrupted:
+        warning = (
+            f"pilot: every rollout job was interrupted and resumed ({', '.join(interrupted)}); "
+            "startup overhead taken from their last attempts, likely below a fresh job's: "
+            "rerun the pilot uninterrupted for a reliable figure"
+        )
+    used = clean or resumed
+    return {
+        "startup_overhead_s": float(np.mean(used)) if used else None,
+        "jobs": len(clean) + len(interrupted) if attempts else len(spans),
+        "attempts": attempts or len(spans),
+        "interrupted_shards": interrupted,
+        "warning": warning,
+    }
