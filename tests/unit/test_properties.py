@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, given, settings
+from harness.examples import derandomized
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rewardprof.core.config import Export
@@ -40,22 +41,12 @@ from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.schemas import TASKS_SCHEMA
 from rewardprof.store.shards import shard_mask, shard_of
 
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
 # ---- shard partitioning -------------------------------------------------------------------
 
 task_indices = st.lists(st.integers(0, 10**12), min_size=1, max_size=200, unique=True)
 
 
-@_settings(100)
+@derandomized(100)
 @given(indices=task_indices, num_shards=st.integers(1, 97))
 def test_every_task_is_in_exactly_one_shard(indices, num_shards):
     array = pa.array(indices, pa.int64())
@@ -87,7 +78,7 @@ def _tasks_table(indices: list[int]) -> pa.Table:
     )
 
 
-@_settings(25)
+@derandomized(25)
 @given(num_tasks=st.integers(0, 60), num_shards=st.integers(1, 9))
 def test_the_shard_stage_writes_a_partition(num_tasks, num_shards):
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,7 +145,7 @@ def _check_resolution(journal: Path, written: dict[tuple[int, int], set[str]]) -
             assert status == "ok"  # a failure never hides an ok record
 
 
-@_settings(40)
+@derandomized(40)
 @given(events=events)
 def test_any_interleaving_of_writes_kills_and_rereads_resolves_one_record_per_pair(events):
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +212,7 @@ def _sample_until_done(mode: str, rewards: np.ndarray, arrivals) -> tuple[set, n
         idx = np.concatenate([idx, new_idx[batch]])
 
 
-@_settings(20)
+@derandomized(20)
 @given(
     mode=st.sampled_from(sorted(PLANNERS)),
     rewards=rewards_of_tasks,
@@ -296,7 +287,7 @@ def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: 
     return set(sampled), final.keep, len(sampled)
 
 
-@_settings(30)
+@derandomized(30)
 @given(
     mode=st.sampled_from(["exact", "bayes", "bayes-label"]),
     rewards=st.lists(

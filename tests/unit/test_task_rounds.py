@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from harness.examples import derandomized
 from harness.rounds import round_synchronous as reference
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rewardprof.core.config import Export
@@ -91,15 +92,6 @@ def no_barrier(case, rewards, k, labels, pick, journaled=()) -> tuple[set, objec
             returned.add((p, r))
 
 
-def _examples(n: int) -> settings:
-    return settings(
-        max_examples=n,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-
-
 reward_values = st.sampled_from([0.0, 1.0, np.nan, 0.5])
 # a task: its label, its K, and its rewards: a constant run (where bayes stops early and a
 # label's 0/1 flag decides whether it may) with a few values changed, or any rewards
@@ -132,7 +124,7 @@ def _same(a_pairs, a_plan, b_pairs, b_plan) -> None:
         assert (getattr(a_plan, field) == getattr(b_plan, field)).all(), field
 
 
-@_examples(40)
+@derandomized(40)
 @given(
     case=st.sampled_from(sorted(CASES)),
     tasks=tasks_strategy,
@@ -155,7 +147,7 @@ def test_any_arrival_order_gives_the_round_synchronous_pairs_and_decisions(
         _same(pairs, got_plan, want_pairs, want_plan)
 
 
-@_examples(30)
+@derandomized(30)
 @given(
     case=st.sampled_from(sorted(CASES)),
     tasks=tasks_strategy,
