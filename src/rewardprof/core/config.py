@@ -33,6 +33,9 @@ Name = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=MAX_NAME_LENGTH)]
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
 # r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
+# adaptive.min_rollouts when adaptive.warm_start is set and it is not: measured best of 2-4
+# (benchmarks/bench_adaptive.py --warm-start)
+WARM_START_FIRST_ROUND = 3
 
 
 class GeneratorSource(StrictModel):
@@ -190,7 +193,9 @@ class Adaptive(StrictModel):
     """off: every task gets num_repeats; exact: stop when no outcome of the remaining rollouts
     can change the decision; bayes: stop when P(decision at num_repeats differs) < delta."""
     min_rollouts: PositiveInt = 4
-    """bayes: the first round, every task gets at least this many (at most num_repeats)."""
+    """bayes: the first round, every task gets at least this many (at most num_repeats). Not
+    given and warm_start set: 3 (with an earlier profile most tasks are settled by the first
+    round, so its size is most of the cost: docs/adaptive.md)."""
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.02
     """bayes: the tolerated probability that a stopped task's decision differs from fixed K."""
     round_size: PositiveInt = 2
@@ -209,6 +214,13 @@ class Adaptive(StrictModel):
     @classmethod
     def _yaml_off(cls, v: Any) -> Any:
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warm_first_round(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("warm_start") and "min_rollouts" not in data:
+            return {**data, "min_rollouts": WARM_START_FIRST_ROUND}
+        return data
 
 
 class Config(StrictModel):
