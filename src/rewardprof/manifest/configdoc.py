@@ -38,11 +38,7 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("rollout", Rollout, "The rollout client: concurrency, timeouts, retries, journal."),
     ("profile", Profile, "Statistics of the profile stage."),
     ("export", Export, "The filtered, re-weighted training set (docs/profile.md)."),
-    (
-        "adaptive",
-        Adaptive,
-        "Adaptive sampling: stop a task once its decision is settled (docs/adaptive.md).",
-    ),
+    ("adaptive", Adaptive, "Stop sampling a settled task (docs/adaptive.md)."),
     ("fleet", Fleet, "A shared engine fleet for a sweep (`rewardprof fleet`, docs/engine.md)."),
 ]
 
