@@ -82,6 +82,7 @@ def test_a_warm_started_run_samples_fewer_rollouts_and_keeps_what_fixed_k_keeps(
         runs[name] = root, _run(root, new_checkpoint, adaptive)
     sent = {name: n for name, (_, n) in runs.items()}
     kept = {name: _kept(root) for name, (root, _) in runs.items()}
+    print(f"rollouts sent: {sent}")
     assert sent["fixed"] == TASKS * K
     assert sent["warm"] < sent["bayes"] < sent["fixed"], sent
     for name in ("bayes", "warm"):
@@ -90,6 +91,7 @@ def test_a_warm_started_run_samples_fewer_rollouts_and_keeps_what_fixed_k_keeps(
     warm = prior["warm_start"]
     assert warm["matched"] == warm["earlier_tasks"] == TASKS
     assert warm["drift"]["tasks"] == TASKS
+    assert prior["min_rollouts"] == 3  # the first round with a warm start when not given
     assert "warm_start" not in json.loads(
         (runs["bayes"][0] / "results/t/adaptive/prior.json").read_text()
     )
