@@ -18,6 +18,8 @@ label, p in {0, 0.03, 0.6}; partial credit, rewards {0, 0.5, 1} with P(0.5) = 0.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rewardprof.core.config import Export
@@ -83,21 +85,22 @@ SCENARIOS = {
 }
 
 
-def _loop(rewards, labels, priors, audited):
+def _loop(rewards, labels, priors, audited, settings):
     tasks = len(rewards)
     k = np.full(tasks, K)
     pos = idx = np.zeros(0, np.int64)
     while True:
         rec = Records(pos, idx, rewards[pos, idx])
-        out = plan(SETTINGS, Export(), k, labels, rec, priors, 1.0, audited)
+        out = plan(settings, Export(), k, labels, rec, priors, 1.0, audited)
         if out.done.all():
             return out, rec
         a, b = out.missing(rec)
         pos, idx = np.concatenate([pos, a]), np.concatenate([idx, b])
 
 
-def run_once(rewards: np.ndarray, labels: np.ndarray) -> dict:
-    """One run through the planner; per-task arrays and the audit report."""
+def run_once(rewards: np.ndarray, labels: np.ndarray, delta: float = SETTINGS.delta) -> dict:
+    """One run through the planner at `delta`; per-task arrays and the audit report."""
+    settings = replace(SETTINGS, delta=delta)
     tasks = len(rewards)
     first = rewards[:, :4]
     binary = {
@@ -109,13 +112,13 @@ def run_once(rewards: np.ndarray, labels: np.ndarray) -> dict:
     ids = np.array([f"{lbl}-{i}-{tasks}" for i, lbl in enumerate(labels)], dtype=object)
     audited = audit_of(ids, labels, priors)
     audited = np.zeros(tasks, bool) if audited is None else audited
-    out, rec = _loop(rewards, labels, priors, audited)
+    out, rec = _loop(rewards, labels, priors, audited, settings)
     every = np.repeat(np.arange(tasks), K), np.tile(np.arange(K), tasks)
     full = Records(*every, rewards[every])
     k = np.full(tasks, K)
     fixed = plan(AT_K, Export(), k, labels, full, None).keep
-    replay = plan(SETTINGS, Export(), k, labels, full, priors)  # every task, as if unaudited
-    report = audit_report(labels, audited, replay.stopped_early, replay.keep, fixed, 0.02)
+    replay = plan(settings, Export(), k, labels, full, priors)  # every task, as if unaudited
+    report = audit_report(labels, audited, replay.stopped_early, replay.keep, fixed, delta)
     return {
         "agree": out.keep == fixed,
         "used": out.planned,
@@ -126,10 +129,11 @@ def run_once(rewards: np.ndarray, labels: np.ndarray) -> dict:
     }
 
 
-def simulate(name: str, seed: int) -> dict:
+def simulate(name: str, seed: int, delta: float = SETTINGS.delta) -> dict:
     size, _, runs, draw = SCENARIOS[name]
     rng = np.random.default_rng(seed)
-    parts = [run_once(draw(rng, size), np.full(size, "a", dtype=object)) for _ in range(runs)]
+    label = np.full(size, "a", dtype=object)
+    parts = [run_once(draw(rng, size), label, delta) for _ in range(runs)]
     agree = np.concatenate([r["agree"] for r in parts])
     used = np.concatenate([r["used"] for r in parts])
     stopped = sum(int(r["true_stopped"].sum()) for r in parts)

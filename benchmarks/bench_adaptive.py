@@ -158,9 +158,12 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="smoke size (2,000 tasks), one line")
     ap.add_argument("--scenarios", action="store_true", help="adaptive_scenarios.py's table")
     ap.add_argument("--warm-start", action="store_true", help="warm_start_scenarios.py's table")
+    ap.add_argument(
+        "--delta", type=float, default=0.02, help="--scenarios: bayes' delta (default 0.02)"
+    )
     args = ap.parse_args()
     if args.scenarios:
-        print_scenarios(args.seed)
+        print_scenarios(args.seed, args.delta)
         return
     if args.warm_start:
         print_warm_start(2_000 if args.small else args.tasks, args.seed)
@@ -196,15 +199,15 @@ def main() -> None:
     print(line)
 
 
-def print_scenarios(seed: int) -> None:
-    """bayes at delta 0.02 on the scenarios of adaptive_scenarios.py, one markdown row each."""
+def print_scenarios(seed: int, delta: float) -> None:
+    """bayes at `delta` on the scenarios of adaptive_scenarios.py, one markdown row each."""
     print(
         "| scenario | tasks | test | agreement with fixed K | share of rollouts | audited "
         "| audit: flipped / stopped early [95 % interval] | true flip rate | inside |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for i, name in enumerate(SCENARIOS):
-        r = simulate_scenario(name, seed + i)
+        r = simulate_scenario(name, seed + i, delta)
         lo, hi = r["audit_interval"]
         print(
             f"| {name} | {r['tasks']} | {r['modes']} | {r['agreement'] * 100:.2f} % "
