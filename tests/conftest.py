@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness.cpu_report import CpuReport
 from harness.tiers import TierPlugin
 
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
@@ -17,6 +18,7 @@ pytest_plugins = ["pytester"]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TierPlugin(Path(__file__).parent), "rewardprof-tiers")
+    config.pluginmanager.register(CpuReport(), "rewardprof-cpu-report")
 
 
 @pytest.fixture
