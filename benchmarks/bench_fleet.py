@@ -22,7 +22,9 @@ simulated engine answers 3x longer (`--length-factor`). Both shapes see the same
 seeds, so they must produce the same rewards per (task, rollout), which is checked.
 
 Reported per case, from the replicas' own counters (simulated seconds): slot utilization =
-busy slot-seconds / (replicas x max_num_seqs x window), the window running from the first
+busy slot-seconds / (replicas x max_num_seqs x window) (busy: spent on sequences whose answer
+was delivered; slot-seconds of a request moved off a queue after it had started running are
+reported apart, as wasted), the window running from the first
 request any replica got to the last replica going idle (the tail included); rollouts per
 replica-hour over that window; the spread between the first and the last replica going idle;
 where the idle slots are: utilization until the tail and in it (the tail starting when the
@@ -202,7 +204,10 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
     idle = sorted(r["last_idle_unix"] for r in reps)[-replicas:]  # the last engine of each
     end = max(idle)
     window = (end - start) * sc  # simulated seconds
-    busy = sum(r["busy_slot_s"] for r in reps)
+    # work done for nothing (a request moved off a queue after it had started, engine/moves.py)
+    # is not busy: only slot-seconds whose sequences were delivered count
+    wasted = sum(r.get("aborted_slot_s", 0.0) for r in reps)
+    busy = sum(r["busy_slot_s"] for r in reps) - wasted
     ok = int((rollouts["status"] == "ok").sum())
     slots = replicas * args.max_num_seqs
     # the tail: from the first engine's batch draining for good (the end of its last full
@@ -231,6 +236,8 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
         "rollouts": ok,
         "failed": int(len(rollouts) - ok),
         "peak_running": max(r["peak_running"] for r in reps),
+        "moved": sum(r.get("aborted_sequences", 0) for r in reps),
+        "wasted_share": wasted / max(busy + wasted, 1e-9),
         "wall_s": wall,
         "rewards": rollouts.set_index(["task_index", "rollout_index"])["reward"].sort_index(),
     }
@@ -317,16 +324,18 @@ def report(args, results: list[dict]) -> None:
         print(
             "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
             "first-to-last idle (sim s) | window (sim s) | until the tail | tail (sim s) | "
-            "tail utilization | rollouts | peak batch | wall (s) | load avg (start, end) |"
+            "tail utilization | rollouts | moved (sequences) | wasted | peak batch | wall (s) | "
+            "load avg (start, end) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results:
             print(
                 f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
                 f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
                 f"{r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
                 f"{r['tail_utilization']:.3f} | "
-                f"{r['rollouts']} | {r['peak_running']} | {r['wall_s']:.0f} | "
+                f"{r['rollouts']} | {r['moved']} | {r['wasted_share']:.4f} | "
+                f"{r['peak_running']} | {r['wall_s']:.0f} | "
                 f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |"
             )
         print()

@@ -126,3 +126,16 @@ def test_a_completion_boxes_the_right_answer_exactly_when_the_sample_solves():
         seen.add(boxed)
     if 0 < pass_rate(prompt) < 1:
         assert seen == {"42", "43"}
+
+
+def test_an_aborted_request_leaves_the_queue_or_its_slot_and_running_ones_count_as_waste():
+    m = BatchModel(max_num_seqs=2, step_base_s=0.01, step_per_seq_s=0.0)
+    m.submit(0.0, [(("r0", 0), 100), (("r0", 1), 100), (("r1", 0), 100), (("r2", 0), 100)])
+    assert (m.running, m.waiting) == (2, 2)
+    assert m.abort(0.5, "r2") == 1  # waiting: nothing was spent on it
+    assert (m.running, m.waiting, m.aborted_slot_s) == (2, 1, 0.0)
+    assert m.abort(0.5, "r0") == 2  # running since 0: two slots for 0.5 s wasted
+    assert m.aborted_slot_s == pytest.approx(1.0)
+    assert (m.running, m.waiting) == (1, 0)  # r1 took a freed slot at once
+    assert finish_times(m) == {("r1", 0): pytest.approx(0.5 + 100 * 0.01)}
+    assert m.aborted_sequences == 3 and m.abort(2.0, "nobody") == 0

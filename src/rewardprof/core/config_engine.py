@@ -37,6 +37,12 @@ class Engine(StrictModel):
     than (admission - 1) x capacity. Above 1 because a request for n samples counts n until its
     last sample is out, while the replica refills a slot as soon as its sequence ends: at 1, one
     job of n=8 requests kept 36 % of a replica's slots busy, at 3 98 % (simulated engine)."""
+    move_waiting: bool = True
+    """Several replicas: when the job has nothing left waiting for a slot (a round's or the
+    run's end), a request of it waiting in one replica's queue (its /metrics) is moved to a
+    replica with free slots: cancelled there (vLLM aborts it) and sent again, same body and
+    seed, so its rollouts are the same and journaled once. Keeps every replica busy until the
+    last rollout instead of one working off its queue while the others idle."""
     health_interval_s: PositiveFloat = 2.0
     """Several replicas: seconds between /health probes of each replica (a replica out is taken
     back once it answers)."""

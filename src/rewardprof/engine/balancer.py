@@ -23,6 +23,9 @@ engine.endpoints_file).
   200 is taken back; one in that refuses the connection is taken out, one whose /health fails
   otherwise (slow under load) counts a failure toward `fail_after`. It also re-reads the endpoints
   file, adding and dropping replicas as the fleet publishes them.
+- Moves: when nothing of the job waits for a slot (the end of a round or of the run), a request
+  waiting in one replica's queue is moved to a replica with free slots (engine/moves.py), so
+  no replica idles while another works off a queue; engine.move_waiting turns it off.
 - While no replica is in, requests still go to one that is out (round robin): their connection
   errors are what the endpoint's liveness (engine/liveness.py) counts to stop the job on
   rollout.endpoint_down_s, as with one endpoint.
@@ -39,7 +42,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -48,6 +51,7 @@ from rewardprof.core.config import Config
 from rewardprof.core.redaction import public_url, redact
 from rewardprof.engine.endpoints import EndpointsFile, health_url, metrics_url, replica_capacity
 from rewardprof.engine.http_retry import AttemptError, read_bounded
+from rewardprof.engine.moves import Ticket, plan_moves
 
 if TYPE_CHECKING:
     from rewardprof.engine.session import Endpoint
@@ -56,6 +60,7 @@ log = logging.getLogger("rewardprof.engine")
 
 IN, OUT = "in", "out"
 WAITING_GAUGE = "vllm:num_requests_waiting"
+RUNNING_GAUGE = "vllm:num_requests_running"
 METRICS_BYTES = 1 << 20  # vLLM's /metrics page is tens of kB; past this it is not read
 CONNECT_FAILED = "connection refused"
 
@@ -68,6 +73,10 @@ class Replica:
     in_flight: int = 0  # sequences
     queued: int | None = None  # sequences waiting on it, all clients (its /metrics; None: unknown)
     queue_read: bool = False  # /metrics read once: until then no more than its capacity
+    running: int | None = None  # sequences running on it, all clients (its /metrics)
+    moved_in: int = 0  # sequences moved to it since its /metrics were read
+    moved_out: int = 0  # sequences moved off it since then
+    tickets: list[Ticket] = field(default_factory=list)  # this job's requests on it, oldest first
     done: int = 0  # requests answered
     errors: int = 0  # failed attempts
     failures: int = 0  # consecutive failed attempts
@@ -102,6 +111,7 @@ class Balancer:
         endpoints_file: EndpointsFile | None = None,
         clock: Callable[[], float] = time.monotonic,
         admission: float = 1.0,
+        move_waiting: bool = True,
     ):
         self.capacity, self.fail_after, self.interval_s = capacity, fail_after, interval_s
         self.cap = max(capacity, math.ceil(capacity * admission))
@@ -110,6 +120,9 @@ class Balancer:
         self._order = itertools.count()
         self._rank: dict[str, int] = {}
         self._cond: asyncio.Condition | None = None
+        self.move_waiting = move_waiting
+        self.waiters = 0  # requests waiting for a slot (work the job has yet to send)
+        self.moves = 0  # requests moved off a queue to a free replica
         self.set_urls(urls)
 
     # ---- membership --------------------------------------------------------------------------
@@ -180,10 +193,43 @@ class Balancer:
     async def acquire(self, weight: int = 1) -> Replica:
         cond = self._condition()
         async with cond:
-            while (r := self.pick(weight)) is None:
-                await cond.wait()
+            self.waiters += 1
+            try:
+                while (r := self.pick(weight)) is None:
+                    await cond.wait()
+            finally:
+                self.waiters -= 1
             r.in_flight += weight
             return r
+
+    def track(self, r: Replica, weight: int) -> Ticket:
+        """A request acquired on `r`, that a move may send elsewhere (until `untrack`)."""
+        ticket = Ticket(r, weight)
+        r.tickets.append(ticket)
+        return ticket
+
+    def untrack(self, ticket: Ticket) -> None:
+        with contextlib.suppress(ValueError):
+            ticket.replica.tickets.remove(ticket)
+
+    def rebalance(self) -> int:
+        """Move waiting requests to free replicas (engine/moves.py); how many moved."""
+        if not self.move_waiting or self.waiters:
+            return 0  # the job has work waiting for a slot: it fills whatever frees
+        live = [r for r in self.listed() if r.state == IN]
+        moves = plan_moves(live)
+        for ticket, dst in moves:
+            src, w = ticket.replica, ticket.weight
+            src.tickets.remove(ticket)
+            src.in_flight, src.moved_out = src.in_flight - w, src.moved_out + w
+            dst.in_flight, dst.moved_in = dst.in_flight + w, dst.moved_in + w
+            dst.tickets.append(ticket)
+            ticket.replica, ticket.moves = dst, ticket.moves + 1
+            ticket.moved.set()
+        self.moves += len(moves)
+        if moves:
+            log.debug("moved %d waiting requests to free replicas", len(moves))
+        return len(moves)
 
     def release(
         self, r: Replica, weight: int, error: str | None = None, dead: bool = False
@@ -241,7 +287,9 @@ class Balancer:
                 body = (await read_bounded(resp, METRICS_BYTES))[0] if resp.status == 200 else b""
         except (TimeoutError, aiohttp.ClientError, OSError, AttemptError):
             body = b""
-        r.queued, r.queue_read = waiting_sequences(body.decode("utf-8", "replace")), True
+        page = body.decode("utf-8", "replace")
+        r.queued, r.running = gauge_sum(page, WAITING_GAUGE), gauge_sum(page, RUNNING_GAUGE)
+        r.queue_read, r.moved_in, r.moved_out = True, 0, 0
 
     async def check_once(self, session: aiohttp.ClientSession) -> None:
         if self.endpoints_file is not None:
@@ -253,6 +301,7 @@ class Balancer:
         healthy = [r for r, problem in zip(replicas, problems, strict=True) if problem is None]
         await asyncio.gather(*(self.read_queue(session, r) for r in healthy))
         self._notify()  # a shorter queue may admit a waiting request
+        self.rebalance()
         for r, problem in zip(replicas, problems, strict=True):
             if problem is None:
                 self.take_back(r)
@@ -303,18 +352,21 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         interval_s=cfg.engine.health_interval_s,
         endpoints_file=file,
         admission=cfg.engine.replica_admission,
+        move_waiting=cfg.engine.move_waiting,
     )
 
 
 def waiting_sequences(metrics: str) -> int | None:
     """The sum of vLLM's `vllm:num_requests_waiting` gauges in a Prometheus text page (one per
     engine or model label set; vLLM counts each of a request's n samples); None if absent."""
+    return gauge_sum(metrics, WAITING_GAUGE)
+
+
+def gauge_sum(metrics: str, gauge: str) -> int | None:
+    """The sum of the `gauge` lines of a Prometheus text page; None if there are none."""
     total, found = 0.0, False
     for line in metrics.splitlines():
-        if (
-            line.startswith(WAITING_GAUGE)
-            and line[len(WAITING_GAUGE) : len(WAITING_GAUGE) + 1] in "{ "
-        ):
+        if line.startswith(gauge) and line[len(gauge) : len(gauge) + 1] in "{ ":
             with contextlib.suppress(ValueError, IndexError):
                 total += float(line.rsplit(None, 1)[1])
                 found = True

@@ -18,6 +18,7 @@ endpoint answers again or the rollout job stops on `rollout.endpoint_down_s`.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Awaitable
@@ -38,6 +39,7 @@ from rewardprof.engine.http_retry import (
     with_retries,
 )
 from rewardprof.engine.liveness import EndpointLiveness, is_connect_failure
+from rewardprof.engine.moves import Ticket
 from rewardprof.engine.reply import Choice, ReplyBounds, parse_choices
 
 
@@ -87,12 +89,12 @@ class ChatClient:
             return await self._post_to(self.url, body, max_bytes)
         weight = int(body.get("n", 1))
         for _ in range(len(self.balancer.replicas) + 1):
-            replica = await self.balancer.acquire(weight)
-            url = bearer_url(replica.chat_url) if self.bearer else replica.chat_url
+            ticket = self.balancer.track(await self.balancer.acquire(weight), weight)
             try:
-                payload = await self._post_to(url, body, max_bytes)
+                payload = await self._post_following(ticket, body, max_bytes)
             except AttemptError as exc:
                 dead = exc.kind == FailureKind.CONNECTION_ERROR
+                replica = ticket.replica
                 self.balancer.release(replica, weight, self.redact(exc.detail), dead=dead)
                 if dead and self.balancer.has_in(besides=replica):
                     # the replica is gone (killed, node lost): the same request, same seed,
@@ -101,13 +103,35 @@ class ChatClient:
                     continue
                 raise
             except BaseException:
-                self.balancer.cancelled(replica, weight)
+                self.balancer.cancelled(ticket.replica, weight)
                 raise
-            self.balancer.release(replica, weight)
+            finally:
+                self.balancer.untrack(ticket)
+            self.balancer.release(ticket.replica, weight)
             return payload
         raise AttemptError(  # every replica failed this one request in turn
             FailureKind.CONNECTION_ERROR, "every replica cut the connection", True
         )
+
+    async def _post_following(self, ticket: Ticket, body: dict[str, Any], max_bytes: int) -> Any:
+        """Post to the ticket's replica; when the balancer moves the request (engine/moves.py),
+        cancel this post (the connection closes: vLLM aborts the request) and post the same
+        body to the replica it moved to."""
+        while True:
+            replica = ticket.replica
+            url = bearer_url(replica.chat_url) if self.bearer else replica.chat_url
+            post = asyncio.ensure_future(self._post_to(url, body, max_bytes))
+            moved = asyncio.ensure_future(ticket.moved.wait())
+            try:
+                await asyncio.wait({post, moved}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                moved.cancel()
+                if not post.done():
+                    post.cancel()
+                    await asyncio.wait({post})
+            if not post.cancelled() and not (ticket.moved.is_set() and post.exception()):
+                return post.result()  # answered (or failed, unmoved) before any move
+            ticket.moved.clear()  # moved: a failure of the old post is not the new replica's
 
     async def _post_to(self, url: str, body: dict[str, Any], max_bytes: int) -> Any:
         return await post_json(

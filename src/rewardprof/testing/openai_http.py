@@ -52,6 +52,8 @@ class BackgroundServer:
     Subclasses add routes and may create loop-bound state in `on_loop()`; `closing` is set when
     `stop()` begins, so handlers that wait can end instead of holding the shutdown."""
 
+    handler_cancellation = False  # True: a handler is cancelled when its client disconnects
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.host, self.port = host, port
         self.closing: asyncio.Event | None = None
@@ -88,7 +90,12 @@ class BackgroundServer:
         self.on_loop()
         app = web.Application()
         self.routes(app)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=1.0,
+            handler_cancellation=self.handler_cancellation,
+        )
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         self._loop.run_until_complete(site.start())

@@ -7,9 +7,11 @@ per token; a sequence leaves its slot when its last token is out and the first w
 (first come, first served) takes the slot in the same instant. The choices of an `n`-sample
 request are `n` sequences. Between two events (an arrival, a sequence finishing) the batch is
 constant, so the model jumps from event to event instead of stepping (a fluid model: a sequence
-entering mid-step starts at once; prefill costs nothing). Admission is bounded when
-`max_waiting` is set: a request whose sequences would push the waiting queue past it is refused
-whole (the server answers 503 with Retry-After), never partly queued.
+entering mid-step starts at once; prefill costs nothing). `abort(rid)` drops a request's
+sequences, waiting or running, as vLLM does when the client disconnects; the slot-seconds its
+running sequences had used are counted as `aborted_slot_s` (work done for nothing). Admission
+is bounded when `max_waiting` is set: a request whose sequences would push the waiting queue
+past it is refused whole (the server answers 503 with Retry-After), never partly queued.
 
 It counts busy slot-seconds (the integral of the batch size over time), so slot utilization is
 `busy_slot_s / (max_num_seqs * elapsed)`, also per `bucket_s` of simulated time
@@ -101,6 +103,9 @@ class BatchModel:
     _waiting: deque[tuple[Hashable, int]] = field(default_factory=deque)
     _finished: list[Hashable] = field(default_factory=list)
     _order: int = 0
+    _started: dict[Hashable, float] = field(default_factory=dict)  # running key -> start time
+    aborted_sequences: int = 0
+    aborted_slot_s: float = 0.0  # slot-seconds of running sequences aborted (wasted)
 
     def step_time(self, batch: int) -> float:
         return self.step_base_s + self.step_per_seq_s * batch
@@ -137,12 +142,32 @@ class BatchModel:
                 return
             self._elapse(max(0.0, to_next), batch, step)
             while self._running and self._running[0][0] <= self._progress + _EPS:
-                self._finished.append(heapq.heappop(self._running)[2])
+                key = heapq.heappop(self._running)[2]
+                self._started.pop(key, None)
+                self._finished.append(key)
                 self.sequences_done += 1
             self._fill()
             if not self._running:
                 self.last_idle_at = self.now
         self.now = max(self.now, now)
+
+    def abort(self, now: float, rid: Hashable) -> int:
+        """Drop the sequences of request `rid` (keys `(rid, j)`), waiting or running, at `now`;
+        how many were dropped."""
+        self.advance(now)
+        waiting = [(k, n) for k, n in self._waiting if k[0] != rid]
+        running = [e for e in self._running if e[2][0] != rid]
+        dropped = len(self._waiting) - len(waiting) + len(self._running) - len(running)
+        for e in self._running:
+            if e[2][0] == rid:
+                self.aborted_slot_s += self.now - self._started.pop(e[2], self.now)
+        if dropped:
+            self._waiting = deque(waiting)
+            self._running = running
+            heapq.heapify(self._running)
+            self.aborted_sequences += dropped
+            self._fill()
+        return dropped
 
     def next_event(self) -> float | None:
         """Simulated time of the next sequence to finish (None: nothing runs)."""
@@ -175,6 +200,7 @@ class BatchModel:
             key, length = self._waiting.popleft()
             self._order += 1
             heapq.heappush(self._running, (self._progress + length, self._order, key))
+            self._started[key] = self.now
         self.peak_running = max(self.peak_running, len(self._running))
         self.peak_waiting = max(self.peak_waiting, len(self._waiting))
         self.peak_in_system = max(self.peak_in_system, len(self._running) + len(self._waiting))

@@ -94,6 +94,8 @@ def completion_text(prompt: str, seed: int | None, tokens: int, answers: dict) -
 
 
 class SimEngine(BackgroundServer):
+    handler_cancellation = True  # a client gone: its request is aborted, as vLLM does
+
     def __init__(self, settings: SimSettings | None = None, host: str = "127.0.0.1", port=0):
         super().__init__(host, port)
         self.settings = settings or SimSettings()
@@ -191,6 +193,9 @@ class SimEngine(BackgroundServer):
             await done
         finally:
             self._pending.pop(rid, None)
+            if done.cancelled() or not done.done():  # the client went away: vLLM aborts it
+                self.model.abort(self.sim_now(), rid)
+                self._wake.set()
         choices = []
         for sj, length, out in zip(seeds, lengths, emitted, strict=True):
             if out < length:
@@ -207,7 +212,7 @@ class SimEngine(BackgroundServer):
         for rid, _ in self.model.drain():
             entry = self._pending.get(rid)
             if entry is None:
-                continue  # the client went away; its sequences still ran
+                continue  # its handler ended (aborted or shut down)
             entry[0] -= 1
             if entry[0] == 0 and not entry[1].done():
                 entry[1].set_result(None)
@@ -249,6 +254,8 @@ class SimEngine(BackgroundServer):
             "last_idle_unix": self.unix_at(m.last_idle_at),
             "last_submit_unix": self.unix_at(m.last_submit_at),
             "busy_at_last_submit": m.busy_at_last_submit,
+            "aborted_sequences": m.aborted_sequences,
+            "aborted_slot_s": m.aborted_slot_s,
             "bucket_s": m.bucket_s,
             "busy_buckets": [round(b, 3) for b in m.busy_buckets],
             **self.counts,
