@@ -23,10 +23,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from rewardprof.engine.balancer import Replica
+
+class Replica(Protocol):
+    """What a move reads and changes of a replica (engine/balancer.py's Replica)."""
+
+    capacity: int
+    cap: int
+    in_flight: int
+    running: int | None
+    queued: int | None
+    moved_in: int
+    moved_out: int
+    tickets: list[Ticket]
 
 
 @dataclass(eq=False)
