@@ -74,3 +74,19 @@ def test_test_modules_have_unique_names():
     # second module of the same name stops the whole run at collection
     names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_run_blocks_run_in_threads_not_in_a_new_snakemake():
+    """A `run:` rule's job is, by default, a whole new Snakemake process (parse and DAG again:
+    ~1 s of CPU per job here, ~10 s where `scontrol` is slow); the workflow profile makes
+    Snakemake run it in a thread. A rule that does real work belongs in `shell:` instead."""
+    import yaml
+
+    run_rules = [
+        path.name
+        for path in sorted((REPO / "rules").glob("*.smk"))
+        if re.search(r"^    run:\s*$", path.read_text(), flags=re.M)
+    ]
+    assert run_rules == ["config.smk"]  # stage_config: a few lines of I/O
+    profile = yaml.safe_load((REPO / "profiles/default/config.yaml").read_text())
+    assert profile.get("force-use-threads") is True
