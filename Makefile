@@ -13,6 +13,10 @@ BIN := $(VENV)/bin
 EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many pytest-xdist workers (tests/harness/scheduling.py says
+# which tests share one); 3 on 2 cores, since the Slurm and server tests spend part of their
+# time waiting. TEST_WORKERS=0 runs it in this process, one test at a time.
+TEST_WORKERS ?= 3
 
 .PHONY: run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
 
@@ -43,7 +47,8 @@ run: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)
 
 test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope \
+		$(PYTEST_ARGS)
 
 # The tiers one at a time (docs/architecture.md, Test tiers): L0 needs the core install only
 # (no engine, no Slurm, no NLTK data: the tests that read it skip); L1 adds the NLTK data and

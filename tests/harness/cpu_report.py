@@ -2,10 +2,11 @@
 processes it started and waited for (Snakemake, rollout jobs, vLLM servers), printed after
 pytest's `--durations` table.
 
-The suite's time on a 2-core machine is set by CPU, not by waiting: run in parallel it took
-about as long, every test slower by the factor it shared the cores with others. So the tests to
-make cheaper are the ones at the top of this table, not only the slowest by wall time. A server
-a fixture started is counted in the test during whose teardown it was reaped."""
+On a 2-core machine the suite's time is set by CPU more than by waiting: the tests to make
+cheaper are the ones at the top of this table, not only the slowest by wall time. A server a
+fixture started is counted in the test during whose teardown it was reaped. Each test's figure
+travels in its teardown report (`user_properties`), so the table is the same whether the tests
+ran in this process or in pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import pytest
 
 SHOWN = 25
+KEY = "cpu_s"
 
 
 def _cpu_seconds() -> float:
@@ -26,19 +28,32 @@ def _cpu_seconds() -> float:
 class CpuReport:
     def __init__(self) -> None:
         self.per_test: dict[str, float] = {}
-        self.started = (time.monotonic(), _cpu_seconds())
+        self.started_at = time.monotonic()
+        self._before: dict[str, float] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        before = _cpu_seconds()
+        self._before[item.nodeid] = _cpu_seconds()
         yield
-        self.per_test[item.nodeid] = _cpu_seconds() - before
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if call.when == "teardown" and item.nodeid in self._before:
+            used = _cpu_seconds() - self._before.pop(item.nodeid)
+            report.user_properties.append((KEY, used))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == KEY:
+                self.per_test[report.nodeid] = value
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.per_test:
             return
-        wall = time.monotonic() - self.started[0]
-        cpu = _cpu_seconds() - self.started[1]
+        wall = time.monotonic() - self.started_at
+        cpu = sum(self.per_test.values())
         tr = terminalreporter
         tr.write_sep("=", f"most CPU: {SHOWN} tests (own + waited-for processes)")
         top = sorted(self.per_test.items(), key=lambda kv: kv[1], reverse=True)[:SHOWN]
@@ -46,6 +61,6 @@ class CpuReport:
             tr.write_line(f"{seconds:8.1f} s cpu  {nodeid}")
         busy = cpu / max(wall, 1e-9)
         tr.write_line(
-            f"session: {cpu:.0f} s cpu over {wall:.0f} s wall ({busy:.2f} cores busy on average);"
+            f"tests: {cpu:.0f} s cpu over {wall:.0f} s wall ({busy:.2f} cores busy on average);"
             f" the top {len(top)}: {sum(s for _, s in top):.0f} s cpu"
         )

@@ -42,12 +42,26 @@ def verify(program: str, ctx, **options):
     return run(env.verify(TESTS, f"```python\n{program}\n```", ctx))
 
 
+def _our_sandbox_uids() -> set[int]:
+    """The sandbox uids of this process and its children (the verification workers): each
+    verifying process draws its sandboxes' uids from its own range, so the sandboxes of other
+    test processes running at the same time (pytest -n) are not counted as ours."""
+    me = os.getpid()
+    owners = {me}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and (sandbox_cleanup._stat_fields(int(pid)) or ["", ""])[1] == str(me):
+            owners.add(int(pid))
+    return {uid for owner in owners for uid in sandbox_cleanup.worker_uids(owner)}
+
+
 def sandbox_processes(wait_s: float = 30.0) -> list[int]:
-    """Live processes left behind by any sandbox (they run as uids >= 1,000,000).
+    """Live processes left behind by this test process's sandboxes (they run as uids >=
+    1,000,000, from ranges of the verifying processes' pids).
 
     Killed processes are reaped by init shortly after; zombies are not counted. Returns as soon
     as none is left: `wait_s` is for liveness on a loaded machine, not a speed requirement.
     """
+    ours = _our_sandbox_uids()
     deadline = time.monotonic() + wait_s
     while True:
         live = []
@@ -55,7 +69,7 @@ def sandbox_processes(wait_s: float = 30.0) -> list[int]:
             if not pid.isdigit():
                 continue
             try:
-                if os.stat(f"/proc/{pid}").st_uid < 1_000_000:
+                if os.stat(f"/proc/{pid}").st_uid not in ours:
                     continue
                 with open(f"/proc/{pid}/stat") as f:
                     state = f.read().rsplit(")", 1)[1].split()[0]
