@@ -14,9 +14,9 @@ EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 # `make test` runs the suite in this many pytest-xdist workers (tests/harness/scheduling.py says
-# which tests share one); 3 on 2 cores, since the Slurm and server tests spend part of their
+# which tests share one); 4 on 2 cores, since the Slurm and server tests spend part of their
 # time waiting. TEST_WORKERS=0 runs it in this process, one test at a time.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 
 .PHONY: run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
 

@@ -24,11 +24,18 @@ import pytest
 # tests sharing one piece: (path prefix under tests/, unit)
 SHARED = (
     ("engine/test_real_", "vllm"),
-    ("engine/test_model_convert_kill.py", "vllm"),
     ("slurm/", "slurm"),
 )
 # the rank of a unit in the queue, by its name or its tier's folder (lower starts first)
-RANK = {"vllm": 0, "slurm": 1, "workflow": 2, "faults": 3, "functional": 4, "benchmarks": 4}
+RANK = {
+    "vllm": 0,
+    "engine/test_model_convert_kill.py": 0,
+    "slurm": 1,
+    "workflow": 2,
+    "faults": 3,
+    "functional": 4,
+    "benchmarks": 4,
+}
 LAST = 9  # tests/unit and anything unranked: short units that fill the gaps at the end
 
 
