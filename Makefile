@@ -18,13 +18,24 @@ PYTEST_ARGS ?=
 # time waiting. TEST_WORKERS=0 runs it in this process, one test at a time.
 TEST_WORKERS ?= 4
 
-.PHONY: run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
+.PHONY: bytecode run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
 
 $(VENV)/.core-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -U pip
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-compile -e '.[$(EXTRAS)]'
+	$(MAKE) --no-print-directory bytecode
 	touch $@
+
+# Bytecode of the environment and of rewardprof (an editable install: pip compiles none of src/),
+# on every core. Each Snakemake job starts a `rewardprof` process; where the interpreter cannot
+# write __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only shared checkout) each one would compile
+# the modules it imports again. A few files of some packages are not valid for this Python (e.g.
+# test helpers for newer versions) and are never imported: compileall lists them, the make goes on.
+bytecode:
+	$(BIN)/python -m compileall -q -j 0 src/rewardprof
+	$(BIN)/python -m compileall -q -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+		|| echo "make bytecode: some files of the environment are not valid for this Python (never imported)"
 
 $(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh
 	PYTHON=$(PYTHON) bash scripts/install-engine.sh $(ENGINE_VENV)
