@@ -60,6 +60,15 @@ def _snakemake_call(workdir: Path, args: tuple[str, ...], env: dict | None):
     return cmd, full_env
 
 
+# For runs whose point lies upstream of the export and the report (resume, resharding, failures,
+# adaptive sampling): `--omit-from` leaves those jobs out (~2.5 s of the ~10 s of CPU a small run
+# costs; the report job alone ~1.5 s). Their own tests run them: test_workflow.py's exact run,
+# test_export.py, test_secrets.py and the documented commands. `--omit-from` takes every value
+# after it, as `--configfile` does: targets go before it.
+WITHOUT_REPORT = ("--omit-from", "report")
+WITHOUT_EXPORT = ("--omit-from", "export")  # the report reads the export: neither runs
+
+
 def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
     """Run the real Snakefile in `workdir` (CLI, like a user); returns CompletedProcess."""
     import subprocess

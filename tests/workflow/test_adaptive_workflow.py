@@ -22,7 +22,16 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 from harness.rounds import same_plans, shards_round_synchronous
-from helpers import REPO, endpoint_config, math_row, snakemake, wait_for, write_config, write_jsonl
+from helpers import (
+    REPO,
+    WITHOUT_REPORT,
+    endpoint_config,
+    math_row,
+    snakemake,
+    wait_for,
+    write_config,
+    write_jsonl,
+)
 
 from rewardprof.manifest.load import load_overlaid
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
@@ -54,7 +63,8 @@ def _config(root: Path, base_url: str, mode: str, num_shards: int) -> Path:
 def _run(root: Path, mode: str, num_shards: int = 2) -> int:
     """The workflow in `root` with adaptive.mode `mode`: rollouts requested."""
     with FakeOpenAI(answer) as server:
-        r = snakemake(root, "--configfile", str(_config(root, server.base_url, mode, num_shards)))
+        cfg = _config(root, server.base_url, mode, num_shards)
+        r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(cfg))
         assert r.returncode == 0, r.stderr[-4000:]
         return server.stats["ok_choices"]
 
@@ -217,7 +227,7 @@ def test_bayes_run_killed_in_each_round_samples_the_same_pairs(runs, tmp_path):
         server.hold_after(3, match=lambda body: prior.exists())
         _kill_job_at_the_gate(tmp_path, config, server, "rollout")
         assert prior.exists() and not (tmp_path / "results/t/rollouts.parquet").exists()
-        r = snakemake(tmp_path, "--configfile", str(config))
+        r = snakemake(tmp_path, *WITHOUT_REPORT, "--configfile", str(config))
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         asked = _asked(server.requests)
     assert _pairs(tmp_path) == _pairs(reference)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from harness import shardkit as kit
-from helpers import endpoint_config, snakemake, write_config
+from helpers import WITHOUT_EXPORT, endpoint_config, snakemake, write_config
 
 from rewardprof.manifest.load import validate_config
 from rewardprof.store.journal import scan_journal
@@ -53,7 +53,7 @@ def test_hostile_replies_fail_their_rollouts_and_a_rerun_fills_them(tmp_path):
                 rollout={"max_attempts": 2, "max_failed_fraction": 1.0},
             ),
         )
-        r = snakemake(tmp_path, "--configfile", str(config))
+        r = snakemake(tmp_path, *WITHOUT_EXPORT, "--configfile", str(config))
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert "Traceback" not in r.stdout + r.stderr
         for fault in FAULTS:
@@ -79,7 +79,9 @@ def test_hostile_replies_fail_their_rollouts_and_a_rerun_fills_them(tmp_path):
         # the server heals; the rerun asks only for the failed rollouts and fills them
         server.fault_fn = None
         before = len(server.requests)
-        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config))
+        r = snakemake(
+            tmp_path, *WITHOUT_EXPORT, "--forcerun", "rollout", "--configfile", str(config)
+        )
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         asked = sorted(kit.request_pairs(server.requests[before:]))
         assert sorted({q for q, _ in asked}) == sorted(hostile)
@@ -155,7 +157,9 @@ def test_oversized_replies_stay_bounded_and_a_damaged_segment_is_regenerated(tmp
 
         # the server heals: the rerun completes every pair
         server.fault_fn = None
-        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config))
+        r = snakemake(
+            tmp_path, *WITHOUT_EXPORT, "--forcerun", "rollout", "--configfile", str(config)
+        )
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         rollouts = pd.read_parquet(tmp_path / "results/t/rollouts.parquet")
         assert rollouts["status"].eq("ok").all() and len(rollouts) == K * (len(tasks))
@@ -170,7 +174,9 @@ def test_oversized_replies_stay_bounded_and_a_damaged_segment_is_regenerated(tmp
         assert lost_pairs
         segment.write_bytes(segment.read_bytes()[: segment.stat().st_size // 2])
         before = len(server.requests)
-        r = snakemake(tmp_path, "--forcerun", "rollout", "--configfile", str(config))
+        r = snakemake(
+            tmp_path, *WITHOUT_EXPORT, "--forcerun", "rollout", "--configfile", str(config)
+        )
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert sorted(kit.request_pairs(server.requests[before:])) == lost_pairs
     assert (journal / "quarantine" / segment.name).exists() and not segment.exists()

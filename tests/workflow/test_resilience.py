@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from harness import shardkit as kit
-from helpers import REPO, endpoint_config, snakemake, write_config
+from helpers import REPO, WITHOUT_EXPORT, endpoint_config, snakemake, write_config
 
 from rewardprof.manifest.load import validate_config
 from rewardprof.store.journal import scan_journal
@@ -33,7 +33,7 @@ def _cfg(server: FakeOpenAI, workdir: Path, entries: list[dict] | None = None, *
 
 
 def _run(workdir: Path, config: Path, *targets: str):
-    r = snakemake(workdir, *targets, "--configfile", str(config))
+    r = snakemake(workdir, *targets, *WITHOUT_EXPORT, "--configfile", str(config))
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     return r
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from harness import shardkit as kit
-from helpers import REPO, endpoint_config, snakemake, wait_for, write_config
+from helpers import REPO, WITHOUT_EXPORT, endpoint_config, snakemake, wait_for, write_config
 
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
@@ -62,7 +62,7 @@ def test_sigkill_of_snakemake_needs_unlock_then_continues(tmp_path):
         unlock = snakemake(tmp_path, "--unlock", "--configfile", str(config))
         assert unlock.returncode == 0, unlock.stderr[-2000:]
         since = len(server.requests)
-        rerun = snakemake(tmp_path, "--configfile", str(config))
+        rerun = snakemake(tmp_path, *WITHOUT_EXPORT, "--configfile", str(config))
         assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
         asked = server.requests[since:]
     assert answered == 4

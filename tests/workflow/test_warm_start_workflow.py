@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import WITHOUT_REPORT, endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -53,7 +53,7 @@ def _run(root: Path, answer, adaptive: dict) -> int:
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": K}]
     with FakeOpenAI(answer) as server:
         cfg = endpoint_config(server.base_url, entries, adaptive=adaptive)
-        r = snakemake(root, "--configfile", str(write_config(root, cfg)))
+        r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(write_config(root, cfg)))
         assert r.returncode == 0, r.stdout[-4000:]
         return server.stats["ok_choices"]
 

@@ -13,7 +13,7 @@ import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from helpers import endpoint_config, math_row, snakemake, write_config, write_jsonl
+from helpers import WITHOUT_EXPORT, endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
@@ -176,7 +176,7 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
         while server.stats["ok_choices"] < 14 and time.time() < deadline:
             time.sleep(0.05)
 
-        r = snakemake(tmp_path, "--configfile", str(cfg))
+        r = snakemake(tmp_path, *WITHOUT_EXPORT, "--configfile", str(cfg))
         assert r.returncode == 0, r.stderr[-3000:]
         rerun_seeds = _seed_of_requests(server, first_run_requests)
 
@@ -199,7 +199,7 @@ def test_resume_after_sigkill_regenerates_nothing_journaled(tmp_path):
 def test_rerun_one_shard_by_target_regenerates_nothing(tmp_path):
     with FakeOpenAI(scripted(ANSWERS)) as server:
         cfg = write_config(tmp_path, endpoint_config(server.base_url, _two_rows(tmp_path)))
-        assert snakemake(tmp_path, "--configfile", str(cfg)).returncode == 0
+        assert snakemake(tmp_path, *WITHOUT_EXPORT, "--configfile", str(cfg)).returncode == 0
         before = server.stats["requests"]
         shard = tmp_path / "results/t/rollouts/0-of-2.parquet"
         old = pq.read_table(shard).to_pandas().sort_values("rollout_index")
