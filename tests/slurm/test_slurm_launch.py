@@ -16,6 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 from helpers import (
+    WITHOUT_EXPORT,
     endpoint_config,
     math_row,
     require_piece,
@@ -93,7 +94,15 @@ def test_launch_local_executor_requeue_resumes(tmp_path, monkeypatch):
         # submitit's local job inherits our environment; the rules call `rewardprof`
         monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         job = launch(
-            ["-s", str(REPO / "Snakefile"), "--cores", "2", "--configfile", str(cfg)],
+            [
+                "-s",
+                str(REPO / "Snakefile"),
+                "--cores",
+                "2",
+                *WITHOUT_EXPORT,
+                "--configfile",
+                str(cfg),
+            ],
             opts,
             workdir=str(tmp_path),
         )
@@ -156,6 +165,7 @@ def test_launch_slurm_controller_runs_workflow_and_survives_requeue(tmp_path):
                 "--",
                 "-s",
                 str(REPO / "Snakefile"),
+                *WITHOUT_EXPORT,  # the controller is the point: export and report add 2 jobs
                 "--configfile",
                 str(cfg),
                 *profile_args(tmp_path),
