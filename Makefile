@@ -28,16 +28,11 @@ $(VENV)/.core-installed: pyproject.toml
 	touch $@
 
 # Bytecode of the environment and of rewardprof (an editable install: pip compiles none of src/),
-# on every core. Each Snakemake job starts a `rewardprof` process; where the interpreter cannot
-# write __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only shared checkout) each one would compile
-# the modules it imports again. A few files of some packages are not valid for this Python (e.g.
-# test helpers for newer versions) and are never imported: compileall lists them, the make goes on.
+# on every core: each Snakemake job starts a `rewardprof` process (scripts/compile-bytecode.sh)
 bytecode:
-	$(BIN)/python -m compileall -q -j 0 src/rewardprof
-	$(BIN)/python -m compileall -q -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-		|| echo "make bytecode: some files of the environment are not valid for this Python (never imported)"
+	bash scripts/compile-bytecode.sh $(BIN)/python src/rewardprof
 
-$(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh
+$(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh scripts/compile-bytecode.sh
 	PYTHON=$(PYTHON) bash scripts/install-engine.sh $(ENGINE_VENV)
 	touch $@
 

@@ -37,13 +37,9 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON_BIN" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-# pip installs without compiling bytecode (it would compile serially, ~100 s of CPU); step 5
-# compiles the whole environment on every core instead, once: without .pyc files each vLLM start
-# compiles its ~3 processes' imports again whenever the interpreter cannot write __pycache__
-# (PYTHONDONTWRITEBYTECODE set, a read-only shared venv): 18 s more CPU per start (55.7 s ->
-# 37.7 s, 53 -> 33 s wall on 2 idle cores).
-compile_flag=(--no-compile)
-pip_() { "$PY" -m pip install --disable-pip-version-check "${compile_flag[@]}" "$@"; }
+# pip installs without compiling bytecode (one file at a time, ~100 s of CPU); step 5 compiles
+# the environment on every core instead (scripts/compile-bytecode.sh says why it matters).
+pip_() { "$PY" -m pip install --disable-pip-version-check --no-compile "$@"; }
 step_start=$(date +%s)
 step_done() { echo "install-engine: ($1: $(( $(date +%s) - step_start )) s)"; step_start=$(date +%s); }
 torch_index=()
@@ -107,13 +103,8 @@ if [[ ${#present[@]} -gt 0 ]]; then
   "$PY" -m pip uninstall -y "${present[@]}"
 fi
 
-# 5. Bytecode for every module, on all cores (see compile_flag above). A few files are not meant
-#    for this Python (e.g. torch's py312 test helpers); they are never imported, and compileall
-#    lists them instead of stopping the install.
-site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-if ! "$PY" -m compileall -q -q -j 0 "$site"; then
-  echo "install-engine: some files of $site are not valid Python $("$PY" -c 'import sys; print(*sys.version_info[:2], sep=".")') (never imported); the rest is compiled"
-fi
+# 5. Bytecode for every module, on all cores.
+bash "$(dirname "$0")/compile-bytecode.sh" "$PY"
 step_done bytecode
 
 # 6. Check: the engine, the model file, and the torch build.
