@@ -109,7 +109,7 @@ def test_server_dying_mid_run_fails_the_shard_with_the_server_log(models_dir, tm
     assert "vLLM server exited with code -9 during the run" in text
     assert "last log lines:" in text and "(APIServer pid=" in text  # the server's own lines
     assert not (tmp_path / "out.parquet").exists()
-    assert_gone(needle, _port(engine_log))
+    assert_gone(needle, _port(engine_log), err)
 
 
 def test_sigterm_to_the_rollout_job_stops_its_server(models_dir, tmp_path):
@@ -121,4 +121,4 @@ def test_sigterm_to_the_rollout_job_stops_its_server(models_dir, tmp_path):
     finally:
         job.kill()
     assert "vLLM stopped" in err.read_text()
-    assert_gone(needle, _port(engine_log))
+    assert_gone(needle, _port(engine_log), err)

@@ -54,6 +54,22 @@ def processes_with_env(entry: str) -> list[int]:
     return pids
 
 
+def describe_processes(pids: list[int]) -> str:
+    """'pid (state S, parent P): command' per pid, from /proc: what a leftover process was doing
+    (D: blocked in the kernel, Z: exited but not reaped)."""
+    out = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+        except OSError:
+            out.append(f"{pid} (gone)")
+            continue
+        out.append(f"{pid} (state {state}, parent {ppid}): {cmd.strip()}")
+    return "; ".join(out)
+
+
 try:
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not after fork
 except (OSError, AttributeError):  # not Linux

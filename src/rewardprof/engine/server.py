@@ -38,6 +38,7 @@ from pathlib import Path
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.engine.host import (
+    describe_processes,
     die_with_parent,
     free_port,
     job_signals_raise,
@@ -347,7 +348,7 @@ class VLLMServer:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
             if time.monotonic() > end + 10:
-                log.error("engine: processes %s survived SIGKILL", left)
+                log.error("engine: processes survived SIGKILL: %s", describe_processes(left))
                 break
             time.sleep(0.2)
         if self._watchdog is not None and self._watchdog is not threading.current_thread():
