@@ -7,10 +7,13 @@ from rewardprof.sources.checks import check_sources
 
 _STARTED = time.time()
 
-try:
-    check_sources(CFG)
-except ConfigError as exc:
-    sys.exit(f"rewardprof: invalid config: {exc}")
+# Once, in the command the user typed: a job that Snakemake runs as its own process (each job
+# on a cluster) parses this file again, with the sources already checked
+if workflow.is_main_process:
+    try:
+        check_sources(CFG)
+    except ConfigError as exc:
+        sys.exit(f"rewardprof: invalid config: {exc}")
 
 # `snakemake --report` of a run that is not the config's: Snakemake's own error names a missing
 # plot, not the missing --configfile. Nothing in Snakemake tells a Snakefile it makes a report

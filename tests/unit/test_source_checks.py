@@ -4,7 +4,9 @@ directory, and options too big or too deep (a YAML anchor bomb)."""
 
 from __future__ import annotations
 
+import json
 import time
+from importlib.metadata import version
 
 import pytest
 import yaml
@@ -32,6 +34,29 @@ def test_misspelled_generator_task_names_the_nearest(tmp_path):
         "did you mean basic_arithmetic?"
     )
     check_sources(validate_config({"entries": [_rg_entry("basic_arithmetic")]}), tmp_path)
+
+
+def test_generator_task_names_are_cached_per_install(tmp_path, monkeypatch):
+    """The names are read from the cache once listed (a dry run then imports no
+    reasoning_gym); a damaged cache is listed again and rewritten."""
+    import reasoning_gym
+
+    from rewardprof.sources import generators
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    names = generators._task_names("reasoning_gym")
+    assert names == sorted(reasoning_gym.factory.DATASETS) and "basic_arithmetic" in names
+    (cache,) = (tmp_path / "rewardprof").glob("reasoning-gym-tasks-*.json")
+    assert f"-{version('reasoning_gym')}-" in cache.name  # keyed by the install
+    # what the cache says is what the check uses: proof that it is read, not re-listed
+    cache.write_text('["only_this_task"]')
+    check_sources(validate_config({"entries": [_rg_entry("only_this_task")]}), tmp_path)
+    with pytest.raises(ConfigError, match="unknown reasoning_gym task 'basic_arithmetic'"):
+        check_sources(validate_config({"entries": [_rg_entry("basic_arithmetic")]}), tmp_path)
+    for damaged in ('["only_this_task"', "[]", "[1, 2]", '{"a": 1}'):
+        cache.write_text(damaged)
+        assert generators._task_names("reasoning_gym") == names
+        assert json.loads(cache.read_text()) == names
 
 
 def test_validate_command_checks_sources(tmp_path, capsys):

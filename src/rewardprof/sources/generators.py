@@ -8,12 +8,18 @@ materializes the same tasks.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import importlib.util
 import json
 import math
+import os
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import ConfigError, GeneratorSource
 from rewardprof.core.extras import require  # the optional package, imported when used (~2 s)
 
@@ -39,8 +45,12 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def _import_reasoning_gym():
+    return require("reasoning_gym", "source generator 'reasoning_gym'", "environments")
+
+
 def _reasoning_gym_rows(src: GeneratorSource) -> Iterator[dict[str, Any]]:
-    reasoning_gym = require("reasoning_gym", "source generator 'reasoning_gym'", "environments")
+    reasoning_gym = _import_reasoning_gym()
     from rewardprof.environments.reasoning_gym import (  # lazy: with reasoning_gym
         ANSWER_INSTRUCTION,
     )
@@ -74,9 +84,36 @@ GENERATORS = {"reasoning_gym": _reasoning_gym_rows}
 
 def _task_names(generator: str) -> list[str]:
     if generator == "reasoning_gym":
-        reasoning_gym = require("reasoning_gym", "source generator 'reasoning_gym'", "environments")
-        return sorted(reasoning_gym.factory.DATASETS)
+        return _reasoning_gym_task_names()
     raise GeneratorError(f"unknown generator {generator!r}; known: {', '.join(GENERATORS)}")
+
+
+def _reasoning_gym_task_names() -> list[str]:
+    """reasoning-gym's dataset names, from a cache file when this install was listed before.
+
+    Listing them means importing reasoning_gym, which imports every dataset module (matplotlib
+    among them): ~1 s of CPU, paid by every Snakemake command that reads a config naming it
+    (dry runs, --summary, --report) before any job runs. The cache, in the user's cache
+    directory, is keyed by the package's version and the time its __init__.py was written, so
+    an upgrade or an edited checkout is listed afresh."""
+    spec = importlib.util.find_spec("reasoning_gym")  # finds the package without running it
+    if spec is None or spec.origin is None:  # not installed: require() says which extra
+        return sorted(_import_reasoning_gym().factory.DATASETS)
+    try:
+        key = f"{metadata.version('reasoning_gym')}-{os.stat(spec.origin).st_mtime_ns}"
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except (metadata.PackageNotFoundError, OSError, RuntimeError):  # no metadata, no home
+        return sorted(_import_reasoning_gym().factory.DATASETS)
+    cache = Path(base) / "rewardprof" / f"reasoning-gym-tasks-{key}.json"
+    with contextlib.suppress(OSError, ValueError):  # absent or damaged: listed again below
+        names = json.loads(cache.read_text())
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+            return names
+    names = sorted(_import_reasoning_gym().factory.DATASETS)
+    # the cache only saves time: an unwritable cache directory costs the import next time
+    with contextlib.suppress(OSError):
+        write_json_atomic(cache, names)
+    return names
 
 
 def check_generator(source: GeneratorSource, where: str = "source") -> None:
