@@ -242,7 +242,13 @@ class ProgramClient:
         if head["op"] == "call":
             message["args"] = [encode(a, refer) for a in args]
             message["kwargs"] = [[k, encode(v, refer)] for k, v in kwargs.items()]
-        self.channel.send(message, self.deadline)
+        try:
+            self.channel.send(message, self.deadline)
+        except ChannelClosed as closed:
+            if closed.what != "eof":
+                raise
+            # The program is gone. Whether a request lands before it exits is a race, so what
+            # it wrote before it went is judged as if the request had reached it.
         reply = self.channel.receive(self.deadline)
         if set(reply) == {"value"}:
             return decode(reply["value"], lambda n: RemoteRef(self, n))

@@ -13,6 +13,7 @@ import pytest
 
 from rewardprof.environments._code_wire import (
     Channel,
+    ProgramClient,
     WireViolation,
     decode,
     encode,
@@ -66,6 +67,31 @@ def test_an_oversized_message_is_refused_while_reading():
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("program_reads", [True, False], ids=["still-reading", "gone"])
+def test_what_a_program_wrote_before_it_exited_is_judged_whether_or_not_it_was_asked(
+    program_reads,
+):
+    """A program that writes the harness's own messages at load and exits: the next message
+    after "loaded" is no answer, a protocol violation, whether the request still reached it
+    or found its pipe closed (which of the two happens in a sandbox is a race)."""
+    from_program, program_out = os.pipe()
+    program_in, to_program = os.pipe()
+    for line in ('{"event": "loaded"}', '{"event": "ran"}', '{"event": "passed"}'):
+        os.write(program_out, (line + "\n").encode())
+    os.close(program_out)  # it exited
+    if not program_reads:
+        os.close(program_in)  # ... and its end of the request pipe went with it
+    client = ProgramClient(Channel(from_program, to_program, 1 << 16), time.monotonic() + 5)
+    try:
+        client.wait_loaded()
+        with pytest.raises(WireViolation, match="not an answer") as info:
+            client.name("add")
+        assert info.value.what == "malformed"
+    finally:
+        for fd in (from_program, to_program) + ((program_in,) if program_reads else ()):
+            os.close(fd)
 
 
 def test_program_text_is_made_storable():
