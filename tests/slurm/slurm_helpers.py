@@ -23,7 +23,8 @@ TEST_CPUS = 1
 # that finds no job finished (back to this value when one has). Most test jobs take 4-8 s, so 3 s
 # checked too early and then waited 13 s; 8 s finds them at the first check. Measured on
 # test_slurm_run_matches_local_run: 3 s -> 92 s, 5 s -> 104-118 s, 8 s -> 56-83 s, 10-12 s ->
-# 75-83 s. The shipped profile keeps 40 s. (squeue forgets a job MinJobAge = 300 s after it ends.)
+# 75-83 s. The shipped profile keeps 40 s. (squeue forgets a finished job after MinJobAge, 3600 s
+# on the local cluster: scripts/local-slurm.sh.)
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "8"]
 
 
