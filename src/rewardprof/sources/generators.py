@@ -93,27 +93,39 @@ def _reasoning_gym_task_names() -> list[str]:
 
     Listing them means importing reasoning_gym, which imports every dataset module (matplotlib
     among them): ~1 s of CPU, paid by every Snakemake command that reads a config naming it
-    (dry runs, --summary, --report) before any job runs. The cache, in the user's cache
-    directory, is keyed by the package's version and the time its __init__.py was written, so
-    an upgrade or an edited checkout is listed afresh."""
-    spec = importlib.util.find_spec("reasoning_gym")  # finds the package without running it
-    if spec is None or spec.origin is None:  # not installed: require() says which extra
-        return sorted(_import_reasoning_gym().factory.DATASETS)
-    try:
-        key = f"{metadata.version('reasoning_gym')}-{os.stat(spec.origin).st_mtime_ns}"
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    except (metadata.PackageNotFoundError, OSError, RuntimeError):  # no metadata, no home
-        return sorted(_import_reasoning_gym().factory.DATASETS)
-    cache = Path(base) / "rewardprof" / f"reasoning-gym-tasks-{key}.json"
+    (dry runs, --summary, --report) before any job runs."""
+    cache = _task_names_cache()
+    if cache is None:
+        return _listed_task_names()
     with contextlib.suppress(OSError, ValueError):  # absent or damaged: listed again below
         names = json.loads(cache.read_text())
         if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
             return names
-    names = sorted(_import_reasoning_gym().factory.DATASETS)
+    names = _listed_task_names()
     # the cache only saves time: an unwritable cache directory costs the import next time
     with contextlib.suppress(OSError):
         write_json_atomic(cache, names)
     return names
+
+
+def _task_names_cache() -> Path | None:
+    """The cache file of this install's names, in the user's cache directory, keyed by the
+    package's version and the time its __init__.py was written (an upgrade or an edited checkout
+    is listed afresh); None where there is no key or no home (not installed: the listing's
+    import says which extra)."""
+    spec = importlib.util.find_spec("reasoning_gym")  # finds the package without running it
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        key = f"{metadata.version('reasoning_gym')}-{os.stat(spec.origin).st_mtime_ns}"
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except (metadata.PackageNotFoundError, OSError, RuntimeError):  # no metadata, no home
+        return None
+    return Path(base) / "rewardprof" / f"reasoning-gym-tasks-{key}.json"
+
+
+def _listed_task_names() -> list[str]:
+    return sorted(_import_reasoning_gym().factory.DATASETS)
 
 
 def check_generator(source: GeneratorSource, where: str = "source") -> None:
