@@ -5,7 +5,11 @@ Row formats (any one of):
   stdin/stdout cases;
 - `tests`: a list of `{"input": ..., "output": ...}` (stdin/stdout) or `{"assert": "code"}`;
 - `test_list` (MBPP style): a list of assert statements, with optional `test_setup_code`;
-- `test_code`: one block of Python run against the loaded program (asserts).
+- `test_code`: one block of Python run against the loaded program (asserts);
+- HumanEval: `test` (defining `check(candidate)`) and `entry_point`: the test is `test` and
+  `check(<entry_point>)`, as HumanEval's own executor runs it.
+Which names of an assert test are the program's is the task's to say (code_names.py): the
+prompt's helpers, modules and builtins come from the judge, never from the program.
 
 The program is the last ```python fenced block of the completion (else the last fenced block);
 none is reward 0 with reason "no_code". Each test runs in a fresh sandbox (`sandbox.py`: the
@@ -35,6 +39,7 @@ from rewardprof.environments.base import (
     VerifyContext,
 )
 from rewardprof.environments.code_harness import Limits, SandboxError, prepare, run_tests
+from rewardprof.environments.code_names import TaskNames, check_test, task_names
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
 
@@ -78,7 +83,31 @@ def row_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"assert": f"{setup}\n{a}".strip()} for a in row["test_list"]]
     if isinstance(row.get("test_code"), str):
         return [{"assert": row["test_code"]}]
-    raise RowError("no tests: expected verifier_metadata.unit_tests, tests, test_list or test_code")
+    if isinstance(row.get("test"), str) and isinstance(row.get("entry_point"), str):
+        return [{"assert": f"{row['test']}\n\ncheck({row['entry_point']})\n"}]
+    raise RowError(
+        "no tests: expected verifier_metadata.unit_tests, tests, test_list, test_code "
+        "or test + entry_point"
+    )
+
+
+def _test_name(row: dict[str, Any], i: int) -> str:
+    for key in ("test_list", "tests"):
+        if isinstance(row.get(key), list):
+            return f"{key}[{i}]"
+    return "test_code" if isinstance(row.get("test_code"), str) else "test"
+
+
+def judged_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """row_tests with, for each assert test, where its names come from (code_names)."""
+    tests = row_tests(row)
+    for test in tests:
+        if "assert" in test:
+            try:
+                test["names"] = task_names(row, test["assert"]).as_dict()
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                test["names"] = TaskNames().as_dict()  # judged as it fails to parse
+    return tests
 
 
 class CodeOptions(EnvironmentOptions):
@@ -122,8 +151,12 @@ class CodeEnvironment(Environment[CodeOptions]):
 
     def check_row(self, row: dict[str, Any]) -> None:
         super().check_row(row)
-        if not row_tests(row):
+        tests = row_tests(row)
+        if not tests:
             raise RowError("the row has zero tests")
+        for i, test in enumerate(tests):
+            if "assert" in test:
+                check_test(row, test["assert"], _test_name(row, i))
 
     def plain_prompt(self, row: dict[str, Any]) -> str:
         return f"{row['question']}\n\n{CODE_INSTRUCTION}"
@@ -132,7 +165,7 @@ class CodeEnvironment(Environment[CodeOptions]):
         program = extract_program(completion)
         if program is None:
             return Verdict(0.0, extras={"reason": "no_code"})
-        tests = row_tests(row)
+        tests = judged_tests(row)
         limits = self.options.limits()
         # The pool's hard timeout is a backstop above the per-test wall clocks.
         budget = len(tests) * (limits.timeout_s + 3) + 15

@@ -20,9 +20,12 @@ import ast
 import builtins
 import math
 import operator
+import time
 from typing import Any
 
-from rewardprof.environments._code_wire import ProgramClient, free_names
+from rewardprof.environments._code_remote import ProgramClient
+from rewardprof.environments._code_wire import ChannelClosed
+from rewardprof.environments.code_names import TaskNames
 
 _PURE = [
     "abs",
@@ -145,13 +148,15 @@ def _check_expression(node: ast.AST, program_names: set[str], own: set[str]) -> 
     return calls
 
 
-def value_plan(test: str) -> list[ast.stmt] | None:
+def value_plan(test: str, names: TaskNames) -> list[ast.stmt] | None:
     """The test's statements if it is value-shaped, else None (judged by _code_judge.py)."""
     try:
         tree = ast.parse(test)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    program_names = set(free_names(tree)) - {"math"}
+    if names.given:
+        return None  # the prompt's helpers run in the judge
+    program_names = set(names.program) | set(names.maybe)
     own: set[str] = set()
     calls = 0
     try:
@@ -178,10 +183,21 @@ def value_plan(test: str) -> list[ast.stmt] | None:
     return tree.body if calls else None
 
 
+_POW_BITS = 1 << 20  # an int power of at most a million bits: `2 ** 1001` is fine
+
+
+def _power(left: Any, right: Any) -> Any:
+    big = isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+    if big and abs(left).bit_length() * right > _POW_BITS:
+        raise ValueError("power too large")
+    return operator.pow(left, right)
+
+
 class _Evaluator:
-    def __init__(self, program: ProgramClient):
+    def __init__(self, program: ProgramClient, names: TaskNames):
         self.program = program
         self.names: dict[str, Any] = dict(SAFE_NAMES)
+        self.program_names, self.maybe = set(names.program), set(names.maybe)
         self.remote: dict[str, Any] = {}
 
     def run(self, body: list[ast.stmt]) -> None:
@@ -211,8 +227,8 @@ class _Evaluator:
             numbers = (int, float, complex)
             if not (isinstance(left, numbers) and isinstance(right, numbers)):
                 raise TypeError("arithmetic on values that are not numbers")
-            if isinstance(node.op, ast.Pow) and abs(right) > 1000:
-                raise ValueError("exponent too large")
+            if isinstance(node.op, ast.Pow):
+                return _power(left, right)
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.BoolOp):
             is_and = isinstance(node.op, ast.And)
@@ -245,17 +261,46 @@ class _Evaluator:
             return self.call(node)
         raise TypeError(f"not a value-shaped node: {type(node).__name__}")
 
+    def _program_function(self, name: str) -> Any:
+        """The program's `name`, or None where the builtin stands (a `maybe` name the
+        program does not bind)."""
+        if name not in self.remote:
+            mine = name in self.program_names or self.program.defines(name)
+            self.remote[name] = self.program.name(name) if mine else None
+        return self.remote[name]
+
     def call(self, node: ast.Call) -> Any:
         args = [self.eval(a) for a in node.args]
         kwargs = {k.arg: self.eval(k.value) for k in node.keywords if k.arg is not None}
-        if isinstance(node.func, ast.Name) and node.func.id not in self.names:
-            name = node.func.id  # a name of the program: computed there, on data
-            if name not in self.remote:
-                self.remote[name] = self.program.name(name)
-            return self.remote[name](*args, **kwargs)
-        return self.eval(node.func)(*args, **kwargs)
+        if isinstance(node.func, ast.Name) and node.func.id in self.program_names | self.maybe:
+            function = self._program_function(node.func.id)  # computed there, on data
+            if function is not None:
+                return function(*args, **kwargs)
+        function = self.eval(node.func)
+        if function in (set, frozenset, dict) and len(args) == 1 and not kwargs:
+            return self._bounded(function, args[0])
+        return function(*args, **kwargs)
+
+    def _bounded(self, kind: Any, items: Any) -> Any:
+        """set/frozenset/dict of data one member at a time, within the test's deadline, so
+        values with colliding hashes cannot hold the harness past it."""
+        deadline = self.program.deadline
+        if kind is dict and isinstance(items, dict):
+            items = list(items.items())
+        out: Any = {} if kind is dict else set()
+        for n, item in enumerate(items):
+            if n % 64 == 0 and deadline is not None and time.monotonic() > deadline:
+                raise ChannelClosed("timeout")
+            if kind is dict:
+                key, value = item
+                out[key] = value
+            else:
+                out.add(item)
+        return frozenset(out) if kind is frozenset else out
 
 
-def judge_values(body: list[ast.stmt], program: ProgramClient) -> None:
-    """Run a value-shaped test here; AssertionError if it fails."""
-    _Evaluator(program).run(body)
+def judge_values(body: list[ast.stmt], program: ProgramClient, names: TaskNames) -> int:
+    """Run a value-shaped test here; AssertionError if it fails. Returns how many calls of
+    the program it made."""
+    _Evaluator(program, names).run(body)
+    return program.calls

@@ -28,14 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.environments import sandbox_cleanup, sandbox_memory
-from rewardprof.environments._code_wire import (
-    Channel,
-    ChannelClosed,
-    ProgramClient,
-    ProgramRaised,
-    WireViolation,
-)
+from rewardprof.environments._code_remote import ProgramClient, ProgramRaised
+from rewardprof.environments._code_wire import Channel, ChannelClosed, WireViolation
 from rewardprof.environments.code_asserts import judge_values, value_plan
+from rewardprof.environments.code_names import TaskNames
 from rewardprof.environments.sandbox import (
     Limits,
     RunResult,
@@ -51,10 +47,16 @@ log = logging.getLogger("rewardprof.environments.code")
 _HERE = Path(__file__).parent
 _WIRE = (_HERE / "_code_wire.py").read_text()
 RUNNER = _WIRE + (_HERE / "_sandbox_runner.py").read_text()
-JUDGE = _WIRE + (_HERE / "_code_judge.py").read_text()
+JUDGE = _WIRE + (_HERE / "_code_remote.py").read_text() + (_HERE / "_code_judge.py").read_text()
 _RAISED = {"error": "runtime_error", "memory": "memory_limit", "exit": "early_exit"}
 _WIRE_FAULT = {"oversized": "output_limit", "malformed": "protocol_violation"}
-_JUDGE_END = {"ran": "ok", "assertion": "wrong_answer", "error": "runtime_error"}
+_JUDGE_END = {
+    "ran": "ok",
+    "assertion": "wrong_answer",
+    "error": "runtime_error",
+    "not_called": "not_called",
+}
+_NOT_CALLED = "the test called no function of the program"
 _VIOLATIONS = {
     "network": (
         "Network is unreachable",
@@ -106,9 +108,9 @@ def _judged(fault: BaseException) -> dict[str, Any]:
 class _AssertTest:
     """The harness's side of one assert test: the pipes to the runner, and its judge."""
 
-    def __init__(self, test: str, cap: int):
-        self.test, self.cap = test, cap
-        self.plan = value_plan(test)
+    def __init__(self, test: str, names: TaskNames, cap: int):
+        self.test, self.names, self.cap = test, names, cap
+        self.plan = value_plan(test, names)
         self.from_program, self.program_out = os.pipe()
         self.program_in, self.to_program = os.pipe()
         self.shape = "values" if self.plan is not None else "judge"
@@ -128,7 +130,8 @@ class _AssertTest:
                     Channel(self.from_program, self.to_program, self.cap), deadline
                 )
                 program.wait_loaded()
-                judge_values(self.plan, program)
+                if judge_values(self.plan, program, self.names) == 0:
+                    return {"outcome": "not_called", "detail": _NOT_CALLED, "stop": True}
                 return {"outcome": "ok", "stop": True}
             return self._judge_elsewhere(deadline)
         except SandboxError:
@@ -144,22 +147,28 @@ class _AssertTest:
             "verdict_fd": verdict_w,
             "cap": self.cap,
             "test": self.test,
+            "names": self.names.as_dict(),
         }
+        # the config (the test) on stdin: a command line is readable by any process
         judge = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", JUDGE, json.dumps(cfg)],
+            [sys.executable, "-I", "-S", "-c", JUDGE],
             pass_fds=(self.from_program, self.to_program, verdict_w),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         os.close(verdict_w)
         try:
+            with judge.stdin:
+                judge.stdin.write(json.dumps(cfg).encode())
             verdict = Channel(verdict_r, -1, 1 << 16).receive(deadline)
         except ChannelClosed as exc:
             if exc.what == "timeout":
                 return {"outcome": "timeout"}
             raise SandboxError("the test's judge ended without a verdict") from None
+        except BrokenPipeError:
+            raise SandboxError("the test's judge ended before it read its test") from None
         finally:
             os.close(verdict_r)
             os.killpg(judge.pid, signal.SIGKILL)
@@ -228,7 +237,7 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
     if "assert" not in test:
         res, _ = run_program(program, str(test.get("stdin", "")), limits, workdir, mechanism)
         return res, _stdio_outcome(res, test.get("expected_stdout", "")), None
-    talk = _AssertTest(test["assert"], limits.max_output_bytes)
+    talk = _AssertTest(test["assert"], TaskNames(**test["names"]), limits.max_output_bytes)
     try:
         res, said = run_program(
             program,

@@ -11,16 +11,11 @@ import time
 
 import pytest
 
-from rewardprof.environments._code_wire import (
-    Channel,
-    ProgramClient,
-    WireViolation,
-    decode,
-    encode,
-    free_names,
-)
+from rewardprof.environments._code_remote import ProgramClient
+from rewardprof.environments._code_wire import Channel, WireViolation, decode, encode
 from rewardprof.environments.code_asserts import value_plan
 from rewardprof.environments.code_harness import clean_text
+from rewardprof.environments.code_names import task_names
 from rewardprof.environments.sandbox_memory import MemoryCgroup
 
 
@@ -33,14 +28,21 @@ class Flip(int):
 
 def roundtrip(value):
     refs = []
-    wire = json.loads(json.dumps(encode(value, lambda v: refs.append(v) or len(refs) - 1)))
-    return decode(wire, lambda n: ("ref", n)), refs
+
+    def refer(v):
+        refs.append(v)
+        return {"ref": len(refs) - 1}
+
+    wire = json.loads(json.dumps(encode(value, refer)))
+    return decode(wire, lambda tag, n: ("ref", n) if tag == "ref" else None), refs
 
 
-def test_subclasses_arrive_as_their_base_type():
-    value, _ = roundtrip([Flip(5), collections.Counter("abb"), (1, {2}), b"x", 1 + 2j])
-    assert value == [5, {"a": 1, "b": 2}, (1, {2}), b"x", 1 + 2j]
-    assert type(value[0]) is int and type(value[1]) is dict and value[0] != 6
+def test_subclasses_of_plain_types_arrive_as_their_base_type():
+    value, _ = roundtrip([Flip(5), (1, {2}), b"x", 1 + 2j])
+    assert value == [5, (1, {2}), b"x", 1 + 2j]
+    assert type(value[0]) is int and value[0] != 6
+    counter, _ = roundtrip(collections.Counter("abb"))
+    assert type(counter) is collections.Counter and counter == {"a": 1, "b": 2}
 
 
 def test_objects_stay_behind_as_handles():
@@ -54,7 +56,7 @@ def test_objects_stay_behind_as_handles():
 )
 def test_decoding_is_strict(wire):
     with pytest.raises(WireViolation):
-        decode(wire, lambda n: n)
+        decode(wire, lambda tag, n: n if tag == "ref" else None)
 
 
 def test_an_oversized_message_is_refused_while_reading():
@@ -100,20 +102,23 @@ def test_program_text_is_made_storable():
     text.encode("utf-8")  # no lone surrogate left
 
 
+def plan(test, row=None):
+    return value_plan(test, task_names(row or {}, test))
+
+
 def test_which_tests_are_judged_on_values():
-    assert value_plan("assert add(1, 2) == 3") is not None
-    assert value_plan("import math\nassert math.isclose(f(0.1), 0.3)") is not None
-    assert value_plan("x = f([1, 2])\nassert sorted(x) == [1, 2] and len(x) == 2") is not None
-    assert value_plan("assert abs(add(1, 2)) == 3") is not None  # abs: the builtin
-    assert value_plan("assert 1 == 1") is None  # no call of the program: nothing to judge
-    assert value_plan("s = Solution()\nassert s.add(1, 2) == 3") is None  # an object: judge
-    assert value_plan("import unittest\nclass T(unittest.TestCase): pass") is None
-    assert free_names(
-        __import__("ast").parse("def t(self):\n    assert add(x) == len(y)\ny = 1")
-    ) == [
-        "add",
-        "x",
-    ]
+    assert plan("assert add(1, 2) == 3") is not None
+    assert plan("import math\nassert math.isclose(f(0.1), 0.3)") is not None
+    assert plan("x = f([1, 2])\nassert sorted(x) == [1, 2] and len(x) == 2") is not None
+    assert plan("assert abs(add(1, 2)) == 3") is not None  # abs: the builtin
+    assert plan("assert 1 == 1") is None  # no call of the program: nothing to judge
+    assert plan("s = Solution()\nassert s.add(1, 2) == 3") is None  # an object: judge
+    assert plan("import unittest\nclass T(unittest.TestCase): pass") is None
+    assert plan("assert f(1) == Counter()") is None  # Counter: the judge's own import
+    helper = {"question": 'def g(x):\n    return x\n\ndef f(x):\n    """f"""'}
+    assert plan("assert f(g(1)) == 1", helper) is None  # the prompt's helper: the judge
+    names = task_names({}, "def t(self):\n    assert add(x) == len(y)\ny = 1")
+    assert names.program == ["add", "x"]
 
 
 def test_no_memory_cgroup_means_none(tmp_path):
