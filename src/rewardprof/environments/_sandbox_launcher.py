@@ -1,4 +1,5 @@
-"""The sandbox launcher: runs as `python -I -S -c <this file's text> <config json>`.
+"""The sandbox launcher: runs as `python -I -S -c <this file's text> <fd>`, its config JSON read
+from the pipe `fd` (a command line is readable by every process in /proc).
 
 It is a separate process image (not a preexec_fn) so it is safe to start from threads. It
 contains the program and then execs it. Inside bubblewrap (which already built the namespaces
@@ -137,8 +138,17 @@ def program_in_own_pid_namespace(status, fd):
         os._exit(125)  # the child started the program: never report a setup error from here
 
 
+def read_config(fd):
+    """The configuration from the pipe named in argv (never argv itself: /proc shows it)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
 def main():
-    cfg = json.loads(sys.argv[1])
+    cfg = read_config(int(sys.argv[1]))
     fd = cfg["status_fd"]
     if cfg["mode"] == "kill":
         drop_to(cfg["uid"])

@@ -269,14 +269,15 @@ def run_program(
         "argv": argv,
         "env": env,
     }
-    cmd = [*wrapper, *launcher_command(launcher_python, cfg)]
+    launcher, cfg_fd = launcher_command(launcher_python, cfg)
+    cmd = [*wrapper, *launcher]
     if cgroup is not None:  # its first process joins the cgroup, then execs the sandbox
         cmd = cgroup.joining(cmd)
     proc = None
     start = time.monotonic()
     try:
         proc, timed_out, talk = _supervise(
-            cmd, cwd, env, workdir, (status_w, *pass_fds), during, limits.timeout_s
+            cmd, cwd, env, workdir, (status_w, cfg_fd, *pass_fds), during, limits.timeout_s
         )
         wall = time.monotonic() - start
         reading, status_r = status_r, -1  # _launcher_report closes it

@@ -13,6 +13,7 @@ sandbox.run_program drives either one the same way.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -26,19 +27,39 @@ from rewardprof.environments.sandbox_bwrap import SANDBOX_PROGRAM, SANDBOX_SCRAT
 LAUNCHER = (Path(__file__).with_name("_sandbox_launcher.py")).read_text()
 
 
-def launcher_command(python: str, cfg: dict[str, Any]) -> list[str]:
-    return [python, "-I", "-S", "-c", LAUNCHER, json.dumps(cfg)]
+def launcher_command(python: str, cfg: dict[str, Any]) -> tuple[list[str], int]:
+    """The launcher's command line and the read end of a pipe holding its configuration (the
+    caller passes it to the child, then closes it). The command line names only that
+    descriptor: any process may read another's command line in /proc."""
+    data = json.dumps(cfg).encode()
+    read_fd, write_fd = os.pipe()
+    try:
+        if len(data) >= 60_000:  # a pipe holds 64 KiB unless told otherwise
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, len(data) + 4096)
+        while data:
+            data = data[os.write(write_fd, data) :]
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return [python, "-I", "-S", "-c", LAUNCHER, str(read_fd)], read_fd
 
 
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of `uid` (as that uid, so nothing else can be hit)."""
-    subprocess.run(
-        launcher_command(sys.executable, {"mode": "kill", "uid": uid, "status_fd": 2}),
-        timeout=30,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+    cmd, cfg_fd = launcher_command(sys.executable, {"mode": "kill", "uid": uid, "status_fd": 2})
+    try:
+        subprocess.run(
+            cmd,
+            timeout=30,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(cfg_fd,),
+            check=False,
+        )
+    finally:
+        os.close(cfg_fd)
 
 
 class Sandbox(Protocol):

@@ -3,10 +3,13 @@ why; asking for bubblewrap where it cannot run is a verifier_error, never a sile
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from harness.env_helpers import run
 
-from rewardprof.environments import VerifyContext, make_environment, sandbox
+from rewardprof.environments import VerifyContext, make_environment, sandbox, sandbox_mechanisms
 from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism
 
 WHY = "bwrap is not installed (Debian: apt-get install bubblewrap)"
@@ -31,3 +34,14 @@ def test_missing_bubblewrap_is_a_verifier_error(no_bwrap):
     v = run(env.verify(row, "```python\nprint(1)\n```", VerifyContext(pool=None)))
     assert (v.status, v.reward) == ("verifier_error", None), v
     assert "bubblewrap was asked for" in v.detail
+
+
+def test_the_launchers_command_line_names_only_the_pipe_of_its_config():
+    """Any process can read another's command line in /proc: the configuration (the
+    program's argv, its environment) travels in a pipe."""
+    cmd, fd = sandbox_mechanisms.launcher_command("python3", {"argv": ["SECRET-ARGV"]})
+    try:
+        assert not any("SECRET-ARGV" in part for part in cmd) and cmd[-1] == str(fd)
+        assert json.loads(os.read(fd, 1 << 16)) == {"argv": ["SECRET-ARGV"]}
+    finally:
+        os.close(fd)
