@@ -13,7 +13,7 @@ math.isclose and the count of what passed all run here, on data. Every unittest 
 watched: a failure or error in any TestCase is the verdict, whatever the runner does with it.
 A test that called the program not once has judged nothing. The verdict is one JSON line to
 the harness on a pipe of its own: {"end": "ran" | "assertion" | "error" | "program_raised" |
-"program_gone" | "violation" | "not_called", ...}. Only the standard library.
+"program_gone" | "violation" | "not_called" | "unjudgeable", ...}. Only the standard library.
 """
 
 import ast
@@ -115,6 +115,8 @@ def main():
         verdict = {"end": "violation", "what": exc.what, "detail": str(exc)}
     except AssertionError as exc:
         verdict = {"end": "assertion", "detail": f"AssertionError: {exc}"}
+    except Unjudgeable as exc:  # noqa: F821
+        verdict = {"end": "unjudgeable", "detail": str(exc)}
     except BaseException as exc:
         verdict = {"end": "error", "detail": f"{type(exc).__name__}: {exc}"}
     try:

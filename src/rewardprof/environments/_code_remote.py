@@ -30,6 +30,12 @@ _STEERING = (AssertionError, StopIteration, StopAsyncIteration)
 _MAX_CLASSES = 256
 
 
+class Unjudgeable(TypeError):
+    """The test needs what cannot be judged outside the program: a program object's own
+    comparison, hash or truth, or a test's object sent to the program. A TypeError, as
+    Python would raise for a value it cannot use; the verdict says `unjudgeable`."""
+
+
 class ProgramRaised(Exception):
     """The program's code raised while computing a value (its type name and text in detail)."""
 
@@ -105,7 +111,10 @@ class RemoteRef:
         return self._special("getitem", key)
 
     def _refuse(self, *_):
-        raise TypeError("an object of the program is not plain data: it cannot be compared")
+        raise Unjudgeable(
+            "an object of the program is not plain data: it cannot be compared, hashed, "
+            "searched or tested for truth outside the program"
+        )
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = __bool__ = _refuse
     __contains__ = _refuse
@@ -203,7 +212,7 @@ class ProgramClient:
             return {"ref": value._ref}
         if isinstance(value, type) and type(vars(value).get("_remote_ref")) is int:
             return {"ref": vars(value)["_remote_ref"]}
-        raise TypeError(f"{type(value).__name__} cannot be sent to the program")
+        raise Unjudgeable(f"{type(value).__name__} is no data: it cannot be sent to the program")
 
     def request(self, head, args, kwargs):
         message = dict(head)

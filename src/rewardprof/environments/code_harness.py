@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.environments import sandbox_cleanup, sandbox_memory
-from rewardprof.environments._code_remote import ProgramClient, ProgramRaised
+from rewardprof.environments._code_remote import ProgramClient, ProgramRaised, Unjudgeable
 from rewardprof.environments._code_wire import Channel, ChannelClosed, WireViolation
 from rewardprof.environments.code_asserts import judge_values, value_plan
 from rewardprof.environments.code_names import TaskNames
@@ -55,6 +55,7 @@ _JUDGE_END = {
     "assertion": "wrong_answer",
     "error": "runtime_error",
     "not_called": "not_called",
+    "unjudgeable": "unjudgeable",
 }
 _NOT_CALLED = "the test called no function of the program"
 _VIOLATIONS = {
@@ -101,6 +102,8 @@ def _judged(fault: BaseException) -> dict[str, Any]:
         return {"outcome": "gone" if fault.what == "eof" else "timeout"}
     if isinstance(fault, WireViolation):
         return {"outcome": _WIRE_FAULT[fault.what], "detail": str(fault), "stop": True}
+    if isinstance(fault, Unjudgeable):
+        return {"outcome": "unjudgeable", "detail": f"{fault}", "stop": True}
     # the test met a value it cannot use (a program object where data was due, a wrong type)
     return {"outcome": "runtime_error", "detail": f"{type(fault).__name__}: {fault}", "stop": True}
 

@@ -85,11 +85,14 @@ def prompt_text(row: dict[str, Any]) -> str:
 
 
 def _stub(node: ast.AST) -> bool:
-    """A function whose body is only a docstring, `pass` or `...`: what the task asks for."""
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    """A function whose body is only a docstring, `pass` or `...`, or a class of only such
+    functions (LeetCode's `class Solution`): what the task asks for."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return False
     return all(
-        isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        isinstance(s, ast.Pass)
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        or (isinstance(node, ast.ClassDef) and _stub(s) and not isinstance(s, ast.ClassDef))
         for s in node.body
     )
 
@@ -180,6 +183,11 @@ def task_names(row: dict[str, Any], test: str) -> TaskNames:
             exported.add(name)
         else:
             program.add(name)
+    if not (program or _from_solution(tree) or "solution" in bound):
+        # the prompt's code with a body is what the task asks to write or fix when the test
+        # calls nothing else ("fix this function: def f(x): ...")
+        program = read & given_names
+        out.given_names = sorted(given_names - program)
     if program or _from_solution(tree) or "solution" in bound:
         out.exports = {n: EXPORTS[n] for n in sorted(exported)}
     else:  # no name of the program: the names it calls are the task's functions, those

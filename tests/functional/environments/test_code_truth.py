@@ -86,6 +86,12 @@ WRONG = {
         "def add(a, b):\n    return 0\n",
         "not_called",
     ),
+    "object_equal_to_anything": (
+        {**ASSERTS_OF, "test_list": ["assert f(1) == 2"]},
+        "class Any:\n    def __eq__(self, other):\n        return True\n\n"
+        "def f(x):\n    return Any()\n",
+        "unjudgeable",  # said so, with a reward of 0: a program object is no answer
+    ),
     "unittest_results_ignored": (
         {
             "prompt": "add(a, b)",

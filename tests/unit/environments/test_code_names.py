@@ -103,3 +103,19 @@ def test_check_row_names_the_test_it_refuses():
     row = {"prompt": "add", "test_list": ["assert add(1, 2) == 3", "assert True"]}
     with pytest.raises(RowError, match=r"test_list\[1\] never calls the program"):
         env.check_row(row)
+
+
+def test_a_class_of_stubs_is_asked_and_a_class_with_a_body_given():
+    leetcode = (
+        "class ListNode:\n    def __init__(self, val=0, next=None):\n"
+        "        self.val, self.next = val, next\n\n"
+        "class Solution:\n    def reverse(self, head):\n        pass\n"
+    )
+    names = task_names({"prompt": leetcode}, "assert Solution().reverse(ListNode(1)) is None")
+    assert names.program == ["Solution"] and names.given_names == ["ListNode"]
+
+
+def test_the_prompts_function_is_the_programs_when_the_test_calls_nothing_else():
+    fix_this = {"prompt": "def double(x):\n    return x + 1\n"}  # "fix this function"
+    names = task_names(fix_this, "assert double(2) == 4")
+    assert names.program == ["double"] and names.given_names == []
