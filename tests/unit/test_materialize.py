@@ -188,3 +188,20 @@ def test_a_directory_named_jsonl_is_one_line(tmp_path):
     cfg = _cfg([{"label": "a", "environment": "math", "source": str(tmp_path / "d.jsonl")}])
     with pytest.raises(SourceError, match="d.jsonl: source of entry 'a' is not a file"):
         _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
+
+
+def test_a_code_test_that_never_calls_the_program_is_refused_with_its_line(tmp_path):
+    """A test that passes anything (HumanEval's `check` without its `check(...)` line) is a
+    bad row, named by file:line and which test."""
+    good = {"prompt": "add(a, b)", "test_list": ["assert add(1, 2) == 3"]}
+    never = {
+        "prompt": "add(a, b)",
+        "test_code": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+    }
+    src = tmp_path / "code.jsonl"
+    src.write_text(json.dumps(good) + "\n" + json.dumps(never) + "\n")
+    cfg = _cfg([{"label": "a", "environment": "code", "source": str(src)}])
+    with pytest.raises(SourceError) as info:
+        _materialize(cfg, tmp_path / "out" / "t.parquet", tmp_path / "out" / "r.json")
+    assert f"{src}:2: test_code never calls the program" in str(info.value)
+    assert not any((tmp_path / "out").iterdir())

@@ -8,7 +8,8 @@ script (_code_judge.py). What the program sends back is data (_code_wire.py) or 
   program object is no answer;
 - a class of the program: a proxy class (one per class), so `isinstance(x, Cls)` and
   `except ProgramError` work; calling it constructs in the program's process;
-- an iterator or generator: a RemoteIterator, whose items are asked for in batches;
+- an iterator or generator: a RemoteIterator, whose items are asked for in batches (at most
+  a million items per test: `list()` of an endless generator is an `output_limit`);
 - an exception the program raised: an instance of the proxy of its class, which derives from
   the builtin exception it derives from (never one that steers control flow: AssertionError,
   StopIteration), and from ProgramRaised, so the judge tells it from the test's own.
@@ -28,6 +29,7 @@ if __name__ != "__main__":  # imported by the harness; in the judge script the w
 
 _STEERING = (AssertionError, StopIteration, StopAsyncIteration)
 _MAX_CLASSES = 256
+_MAX_ITEMS = 1_000_000  # items of the program's iterators per test, all together
 
 
 class Unjudgeable(TypeError):
@@ -139,6 +141,9 @@ class RemoteIterator:
             if type(items) is not list or len(items) > self._batch:
                 raise WireViolation("malformed", "not a batch of items")
             self._done = len(items) < self._batch
+            self._program.items += len(items)
+            if self._program.items > _MAX_ITEMS:  # an endless generator: bounded here
+                raise WireViolation("oversized", f"more than {_MAX_ITEMS} items of iterators")
             self._items.extend(items)
             self._batch = min(self._batch * 2, 256)
         if not self._items:
@@ -188,7 +193,7 @@ class ProgramClient:
 
     def __init__(self, channel, deadline):
         self.channel, self.deadline = channel, deadline
-        self.calls = 0
+        self.calls = self.items = 0
         self.classes = {}
 
     def wait_loaded(self):

@@ -42,6 +42,8 @@ import time
 
 _MAX_DEPTH = 100
 _BIG_INT_BITS = 4096
+_FRACTION_BITS = 1 << 16  # reducing a fraction is quadratic in its parts' size
+_MAX_FIELDS, _MAX_MEMBERS = 256, 1024
 _VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
 _FACTORIES = ("int", "float", "str", "list", "dict", "set", "tuple", "frozenset", "bytes")
 _CONTAINERS = {"tuple": tuple, "frozenset": frozenset}
@@ -270,11 +272,16 @@ class Decoder:
         if tag == "decimal" and type(inner) is str and len(inner) < 10_000:
             return decimal.Decimal(inner)
         if tag == "fraction" and type(inner) is list and len(inner) == 2:
-            return fractions.Fraction(*[self.decode(p, depth + 1) for p in inner])
+            parts = [self.decode(p, depth + 1) for p in inner]
+            if any(type(p) is not int or p.bit_length() > _FRACTION_BITS for p in parts):
+                raise WireViolation("malformed", "a fraction of parts too large to reduce")
+            return fractions.Fraction(*parts)
         if tag in ("keys", "values", "items"):
             return self._view(tag, self._items(inner, depth))
         if tag == "range" and type(inner) is list and len(inner) == 3:
             return range(*[self.decode(p, depth + 1) for p in inner])
+        if tag in ("namedtuple", "enum", "dataclass") and type(inner) is list and len(inner) > 2:
+            self._check_shape(tag, inner)
         if tag == "namedtuple" and type(inner) is list and len(inner) == 3:
             name, fields, values = inner[0], inner[1], self._items(inner[2], depth)
             key = ("namedtuple", str(name), tuple(map(str, fields)))
@@ -285,6 +292,14 @@ class Decoder:
         if tag == "dataclass" and type(inner) is list and len(inner) == 4:
             return self._dataclass(*inner, depth=depth)
         raise WireViolation("malformed", f"unknown wire value {tag!r}"[:100])
+
+    def _check_shape(self, tag, inner):
+        """A record's fields or members, bounded: building a class of thousands of them
+        (an enum's members are checked pairwise) would hold the decoder far past a deadline."""
+        fields = inner[1] if tag == "namedtuple" else inner[2]
+        most = _MAX_MEMBERS if tag == "enum" else _MAX_FIELDS
+        if type(fields) is not list or len(fields) > most:
+            raise WireViolation("malformed", f"a {tag} of more than {most} fields or members")
 
     def _view(self, tag, items):
         if tag == "keys":

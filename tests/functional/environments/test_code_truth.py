@@ -92,6 +92,11 @@ WRONG = {
         "def f(x):\n    return Any()\n",
         "unjudgeable",  # said so, with a reward of 0: a program object is no answer
     ),
+    "list_of_an_endless_generator": (
+        {**ASSERTS_OF, "test_list": ["assert list(f(1)) == [1]"]},
+        "import itertools\n\ndef f(x):\n    return itertools.repeat(x)\n",
+        "output_limit",  # a million items fetched, then refused: the harness stays bounded
+    ),
     "unittest_results_ignored": (
         {
             "prompt": "add(a, b)",

@@ -111,6 +111,9 @@ def test_an_enum_of_the_standard_library_is_itself():
         {"int": "xyz"},
         {"fraction": [1, 0]},
         {"keys": [[1]]},
+        {"fraction": [{"int": "f" * 20_000}, 3]},  # reducing it: quadratic in its size
+        {"enum": ["m", "E", [[f"M{i}", i] for i in range(5000)], "M1"]},
+        {"namedtuple": ["P", [f"f{i}" for i in range(1000)], list(range(1000))]},
     ],
 )
 def test_a_shape_that_cannot_be_rebuilt_is_a_violation(wire):
