@@ -30,7 +30,11 @@ NOT_MODULES = {
 # stdlib only: its text also runs in the sandbox and in the judge, where rewardprof is not
 # importable, so its exceptions cannot derive from RewardprofError (the harness turns each one
 # into a test's outcome; none leaves it)
-STDLIB_ONLY = {"rewardprof.environments._code_wire", "rewardprof.environments._code_remote"}
+STDLIB_ONLY = {
+    "rewardprof.environments._code_wire",
+    "rewardprof.environments._code_values",
+    "rewardprof.environments._code_remote",
+}
 
 
 def _modules():

@@ -1,7 +1,8 @@
 """The grader's side of an assert test of any shape: runs the test code in a fresh interpreter
-of its own, `python -I -S -c <_code_wire.py + _code_remote.py + this file>`, its config (the
-test among it) on stdin, never in its argv (another process's command line is readable through
-/proc). Started by the harness outside the sandbox; the program never runs here.
+of its own, `python -I -S -c <_code_wire.py + _code_values.py + _code_remote.py + this
+file>`, its config (the test among it) on stdin, never in its argv (another process's command
+line is readable through /proc). Started by the harness outside the sandbox; the program never
+runs here.
 
 The namespace the test runs in (as `__main__`, so unittest finds its TestCase classes) is
 built from the task, never from the program, except for the program's own names

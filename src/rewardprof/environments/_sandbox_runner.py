@@ -1,5 +1,5 @@
 """The program's side of an assert test: runs in the sandbox as
-`python -I -c <_code_wire.py + this file> <config json>`. It only computes.
+`python -I -c <_code_wire.py + _code_values.py + this file> <config json>`. It only computes.
 
 It loads the program as a module named `solution` (so an `if __name__ == "__main__":` block does
 not run), says {"event": "loaded"} (or how loading failed), then answers requests from the grader
@@ -88,7 +88,7 @@ SPECIAL = {"str": str, "repr": repr, "len": len, "iter": iter, "getitem": lambda
 
 def compute(request, namespace):
     op = request.get("op")
-    decoder = Decoder(resolve, None, "solution")  # noqa: F821 (_code_wire.py)
+    decoder = Decoder(resolve, None, "solution")  # noqa: F821 (_code_values.py)
     args = [decoder.decode(a) for a in request.get("args", [])]
     kwargs = {k: decoder.decode(v) for k, v in request.get("kwargs", [])}
     if op == "name":

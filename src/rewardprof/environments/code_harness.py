@@ -45,7 +45,7 @@ from rewardprof.environments.sandbox_bwrap import bwrap_works
 
 log = logging.getLogger("rewardprof.environments.code")
 _HERE = Path(__file__).parent
-_WIRE = (_HERE / "_code_wire.py").read_text()
+_WIRE = (_HERE / "_code_wire.py").read_text() + (_HERE / "_code_values.py").read_text()
 RUNNER = _WIRE + (_HERE / "_sandbox_runner.py").read_text()
 JUDGE = _WIRE + (_HERE / "_code_remote.py").read_text() + (_HERE / "_code_judge.py").read_text()
 _RAISED = {"error": "runtime_error", "memory": "memory_limit", "exit": "early_exit"}

@@ -205,6 +205,15 @@ RIGHT = {
         ["assert f(1001) == 2 ** 1001"],
         "def f(n):\n    return 2 ** n\n",
     ),
+    "enum_and_dataclass_sent_back": (
+        "assert paint(Color.RED) == 'red' and paint(color()) == 'red'\n"
+        "assert norm(Point(3, 4)) == 5.0 and norm(mk()) == 5.0\n",
+        "import enum\nfrom dataclasses import dataclass\n\n@dataclass\nclass Point:\n"
+        "    x: int\n    y: int\n\nclass Color(enum.Enum):\n    RED = 1\n\n"
+        "def mk():\n    return Point(3, 4)\n\ndef color():\n    return Color.RED\n\n"
+        "def paint(c):\n    return 'red' if c is Color.RED else 'other'\n\n"
+        "def norm(p):\n    assert isinstance(p, Point)\n    return (p.x ** 2 + p.y ** 2) ** 0.5\n",
+    ),
     "dataclass_and_enum": (
         "assert mk() == Point(1, 2) and mk().x == 1\nassert color() == Color.RED\n",
         "import enum\nfrom dataclasses import dataclass\n\n@dataclass\nclass Point:\n"

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from rewardprof.environments._code_wire import ChannelClosed, Decoder, WireViolation, encode
+from rewardprof.environments._code_values import Decoder, encode
+from rewardprof.environments._code_wire import ChannelClosed, WireViolation
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -96,6 +97,27 @@ def test_namedtuples_enums_and_dataclasses_are_rebuilt_as_data():
     assert cross(Color.RED) != color
 
 
+class Size(enum.IntEnum):
+    S = 1
+    M = 2
+
+
+class Tone(enum.StrEnum):
+    LOW = "low"
+
+
+class Perm(enum.Flag):
+    R = 4
+    W = 2
+
+
+def test_rebuilt_enums_keep_their_base():
+    size, tone, perm = cross([Size.M, Tone.LOW, Perm.R | Perm.W])
+    assert size == 2 and isinstance(size, int) and size.name == "M"
+    assert tone == "low" and isinstance(tone, str)
+    assert perm.value == 6 and isinstance(perm, enum.Flag) and type(perm).__name__ == "Perm"
+
+
 def test_an_enum_of_the_standard_library_is_itself():
     import http
 
@@ -106,13 +128,13 @@ def test_an_enum_of_the_standard_library_is_itself():
     "wire",
     [
         {"namedtuple": ["P", ["x", "not a name"], [1, 2]]},
-        {"enum": ["m", "E", [["A", 1]], "B"]},
+        {"enum": ["m", "E", [["A", 1]], 2, "enum"]},
         {"date": "not a date"},
         {"int": "xyz"},
         {"fraction": [1, 0]},
         {"keys": [[1]]},
         {"fraction": [{"int": "f" * 20_000}, 3]},  # reducing it: quadratic in its size
-        {"enum": ["m", "E", [[f"M{i}", i] for i in range(5000)], "M1"]},
+        {"enum": ["m", "E", [[f"M{i}", i] for i in range(5000)], 1, "enum"]},
         {"namedtuple": ["P", [f"f{i}" for i in range(1000)], list(range(1000))]},
     ],
 )

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from rewardprof.environments._code_remote import ProgramClient
-from rewardprof.environments._code_wire import Channel, WireViolation, decode, encode
+from rewardprof.environments._code_values import decode, encode
+from rewardprof.environments._code_wire import Channel, WireViolation
 from rewardprof.environments.code_asserts import value_plan
 from rewardprof.environments.code_harness import clean_text
 from rewardprof.environments.code_names import task_names
