@@ -58,6 +58,15 @@ def watch_unittest():
     return watched
 
 
+def defines_tests(value):
+    """A TestCase class of the test's with test methods."""
+    return (
+        isinstance(value, type)
+        and issubclass(value, unittest.TestCase)
+        and any(name.startswith("test") for name in vars(value))
+    )
+
+
 def namespace_for(cfg, program):
     names = cfg["names"]
     module = type(sys)("__main__")
@@ -99,6 +108,8 @@ def judge(cfg):
             raise AssertionError(f"the test exited with {exc.code!r}") from None
     if watched["failures"]:
         raise watched["failures"][0]
+    if watched["ran"] == 0 and any(defines_tests(v) for v in list(namespace.values())):
+        return {"end": "not_called", "detail": "the test's unittest.TestCase classes never ran"}
     if program.calls == 0:
         return {"end": "not_called", "detail": "the test called no function of the program"}
     return {"end": "ran"}

@@ -97,6 +97,16 @@ WRONG = {
         "import itertools\n\ndef f(x):\n    return itertools.repeat(x)\n",
         "output_limit",  # a million items fetched, then refused: the harness stays bounded
     ),
+    "unittest_never_run_after_a_call": (
+        {
+            "prompt": "add(a, b)",
+            "test_code": "import unittest\n\nassert add(0, 0) == 0\n\n"
+            "class T(unittest.TestCase):\n"
+            "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n",
+        },
+        "def add(a, b):\n    return 0\n",
+        "not_called",  # refused at materialize too; at run time its TestCase never ran
+    ),
     "unittest_results_ignored": (
         {
             "prompt": "add(a, b)",
