@@ -150,12 +150,14 @@ def _reads_and_binds(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
 
 
 def _from_solution(tree: ast.AST) -> set[str]:
-    return {
-        a.asname or a.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "solution"
-        for a in node.names
-    }
+    """The names the test binds to the program's module or to names imported from it."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "solution":
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name for a in node.names if a.name == "solution"}
+    return names
 
 
 def task_names(row: dict[str, Any], test: str) -> TaskNames:
@@ -183,12 +185,12 @@ def task_names(row: dict[str, Any], test: str) -> TaskNames:
             exported.add(name)
         else:
             program.add(name)
-    if not (program or _from_solution(tree) or "solution" in bound):
+    if not (program or _from_solution(tree)):
         # the prompt's code with a body is what the task asks to write or fix when the test
         # calls nothing else ("fix this function: def f(x): ...")
         program = read & given_names
         out.given_names = sorted(given_names - program)
-    if program or _from_solution(tree) or "solution" in bound:
+    if program or _from_solution(tree):
         out.exports = {n: EXPORTS[n] for n in sorted(exported)}
     else:  # no name of the program: the names it calls are the task's functions, those
         # the prompt mentions if it mentions any (`count` of "count(s) returns ...", not the
@@ -254,7 +256,7 @@ def check_test(row: dict[str, Any], test: str, which: str) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.setdefault(node.name, node)
     reads = _executed_reads(tree, functions, runs_tests)
-    theirs = set(names.program) | set(names.maybe) | _from_solution(tree) | {"solution"}
+    theirs = set(names.program) | set(names.maybe) | _from_solution(tree)
     if not reads & theirs:
         hint = (
             " (a HumanEval-style `check` needs its `check(entry_point)` line)"

@@ -89,6 +89,7 @@ def test_a_test_that_cannot_judge_the_program_is_refused(test, message):
 
 def test_tests_that_reach_the_program_are_accepted():
     for test in [
+        "import solution as s\nassert s.add(1, 2) == 3",
         "assert add(1, 2) == 3",
         "def helper():\n    return add(1, 2)\nassert helper() == 3",
         "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n"
