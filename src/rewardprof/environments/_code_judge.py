@@ -14,7 +14,8 @@ math.isclose and the count of what passed all run here, on data. Every unittest 
 watched: a failure or error in any TestCase is the verdict, whatever the runner does with it.
 A test that called the program not once has judged nothing. The verdict is one JSON line to
 the harness on a pipe of its own: {"end": "ran" | "assertion" | "error" | "program_raised" |
-"program_gone" | "violation" | "not_called" | "unjudgeable", ...}. Only the standard library.
+"program_gone" | "violation" | "not_called" | "unjudgeable" | "task_error", ...}. Only the
+standard library.
 """
 
 import ast
@@ -23,6 +24,11 @@ import json
 import os
 import sys
 import unittest
+
+
+class TaskError(Exception):
+    """The row's own code (the prompt's, the test's) failed before judging: not the program's
+    fault, so no reward of the program's."""
 
 
 def watch_unittest():
@@ -74,7 +80,10 @@ def namespace_for(cfg, program):
     sys.modules["__main__"] = module
     sys.modules["solution"] = SolutionModule(program)  # noqa: F821 (_code_remote.py)
     if names["given"]:
-        exec(compile(names["given"], "<prompt>", "exec", dont_inherit=True), namespace)
+        try:
+            exec(compile(names["given"], "<prompt>", "exec", dont_inherit=True), namespace)
+        except Exception as exc:  # the row's code: nothing of the program has run here yet
+            raise TaskError(f"the prompt's code failed: {type(exc).__name__}: {exc}") from None
     for name in names["modules"]:
         try:
             namespace[name] = importlib.import_module(name)
@@ -96,10 +105,13 @@ def namespace_for(cfg, program):
 def judge(cfg):
     channel = Channel(cfg["from_program"], cfg["to_program"], cfg["cap"])  # noqa: F821
     program = ProgramClient(channel, None)  # noqa: F821 (the harness holds the deadline)
+    try:
+        tree = ast.parse(cfg["test"])
+    except (SyntaxError, ValueError) as exc:
+        raise TaskError(f"the test is not Python: {exc}") from None
     program.wait_loaded()
     watched = watch_unittest()
     namespace = namespace_for(cfg, program)
-    tree = ast.parse(cfg["test"])
     sys.argv = ["test"]
     try:
         exec(compile(tree, "<test>", "exec", dont_inherit=True, optimize=0), namespace)
@@ -127,6 +139,8 @@ def main():
         verdict = {"end": "violation", "what": exc.what, "detail": str(exc)}
     except AssertionError as exc:
         verdict = {"end": "assertion", "detail": f"AssertionError: {exc}"}
+    except TaskError as exc:
+        verdict = {"end": "task_error", "detail": str(exc)}
     except Unjudgeable as exc:  # noqa: F821
         verdict = {"end": "unjudgeable", "detail": str(exc)}
     except BaseException as exc:

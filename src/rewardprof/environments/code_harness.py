@@ -177,6 +177,8 @@ class _AssertTest:
             os.killpg(judge.pid, signal.SIGKILL)
             judge.wait()
         end, detail = verdict.get("end"), verdict.get("detail") or None
+        if end == "task_error":  # the row's code: a verifier_error, never the program's 0
+            raise SandboxError(f"the row's code failed in the judge: {detail}")
         if end in _JUDGE_END:
             return {"outcome": _JUDGE_END[end], "detail": detail, "stop": True}
         if end == "program_raised":

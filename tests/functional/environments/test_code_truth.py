@@ -137,6 +137,15 @@ def test_humaneval_without_its_check_line_is_refused_and_judges_nothing(ctx):
     assert (v.reward, v.extras["failure"]) == (0.0, "not_called"), v
 
 
+def test_a_prompt_whose_code_fails_is_a_verifier_error_not_the_programs_0(ctx):
+    row = {
+        "prompt": 'import no_such_module_here\n\ndef f(x):\n    """Return x."""\n',
+        "test_code": "assert f(1) == 1\n",
+    }
+    v = verify(ctx, row, "def f(x):\n    return x\n")
+    assert v.status == "verifier_error" and "no_such_module_here" in v.detail, v
+
+
 def test_the_launcher_shows_no_test_in_any_command_line(ctx):
     """The judge gets its test on stdin: a program scanning every /proc/*/cmdline while the
     judge waits for it to load finds nothing (it used to find the expected value)."""
