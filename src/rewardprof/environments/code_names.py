@@ -258,9 +258,10 @@ def check_test(row: dict[str, Any], test: str, which: str) -> None:
     reads = _executed_reads(tree, functions, runs_tests)
     theirs = set(names.program) | set(names.maybe) | _from_solution(tree)
     if not reads & theirs:
-        hint = (
-            " (a HumanEval-style `check` needs its `check(entry_point)` line)"
-            if "check" in functions
-            else ""
-        )
+        pytest_style = sorted(n for n in functions if n.startswith("test") and n not in reads)
+        hint = ""
+        if "check" in functions:
+            hint = " (a HumanEval-style `check` needs its `check(entry_point)` line)"
+        elif pytest_style:  # nothing collects test functions here, as pytest would
+            hint = f" (nothing calls {', '.join(pytest_style[:3])}: call it at the end)"
         raise RowError(f"{which} never calls the program{hint}: the test would pass anything")

@@ -79,6 +79,7 @@ def test_names_imported_from_solution_and_exception_classes_are_the_programs():
             "test_code defines unittest.TestCase T but never runs it",
         ),
         ("def helper():\n    return add(1, 2)\n", "test_code never calls the program"),
+        ("def test_add():\n    assert add(1, 2) == 3\n", "(nothing calls test_add: call it"),
         ("assert add(1,", "test_code is not Python"),
     ],
 )
