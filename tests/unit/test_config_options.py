@@ -21,6 +21,8 @@ MISTYPED = {
     "code": ("memory_mb", "lots"),
     "instruction_following": ("loose", "maybe"),
     "llm_judge": ("concurrency", "many"),
+    "example_multi_step": ("max_steps", "several"),
+    "example_session_state_mgmt": ("max_total_tokens", -5),
 }
 
 

@@ -19,6 +19,10 @@ class FailureKind(StrEnum):
     VERIFIER_ERROR = "verifier_error"
     VERIFIER_TIMEOUT = "verifier_timeout"
     JUDGE_ERROR = "judge_error"
+    # episodes (environments that act): what broke outside the model
+    TOOL_ERROR = "tool_error"  # a tool failed (its own fault, not the model's call)
+    TOOL_TIMEOUT = "tool_timeout"  # a tool call ran past verify_timeout_s
+    TRAJECTORY_TOO_LARGE = "trajectory_too_large"  # the episode outgrew its journal bound
 
 
 class Status(StrEnum):

@@ -172,7 +172,14 @@ class ChatClient:
                 if idx in got:
                     c = got[idx]
                     result.choices.append(
-                        Choice(idx, c.text, c.finish_reason, c.completion_tokens, c.tokens_source)
+                        Choice(
+                            idx,
+                            c.text,
+                            c.finish_reason,
+                            c.completion_tokens,
+                            c.tokens_source,
+                            c.tool_calls,
+                        )
                     )
                     pending.remove(idx)
             if pending:

@@ -23,6 +23,7 @@ from rewardprof.engine.http_retry import DEFAULT_MAX_REPLY_BYTES, reply_too_larg
 from rewardprof.engine.http_retry import invalid_reply as invalid
 
 MAX_COUNT = 1 << 30  # no real request or reply has this many tokens
+MAX_TOOL_CALLS = 256  # calls in one assistant turn; more is not a reply to trust
 # The finish reasons of the OpenAI API and vLLM; anything else is not a reply to trust.
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
@@ -57,6 +58,8 @@ class Choice:
     finish_reason: str | None
     completion_tokens: int | None
     tokens_source: str | None = None  # a TokensSource: how completion_tokens was counted
+    # the calls of an assistant turn that called tools: (id, name, arguments as JSON text)
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
 
 
 def _kind(value: Any) -> str:
@@ -141,7 +144,27 @@ def _choice(c: Any, pos: int, n: int, bounds: ReplyBounds) -> Choice:
         raise invalid(f"{where}.token_ids is {_kind(ids)}, not a list")
     most = MAX_COUNT if bounds.max_tokens is None else bounds.max_tokens
     tokens = _count(len(ids), f"{where}.token_ids length", most) if ids is not None else None
-    return Choice(index, text, finish, tokens, TokensSource.ENGINE if ids is not None else None)
+    source = TokensSource.ENGINE if ids is not None else None
+    calls = _tool_calls(msg.get("tool_calls"), f"{where}.message.tool_calls")
+    return Choice(index, text, finish, tokens, source, calls)
+
+
+def _tool_calls(value: Any, where: str) -> tuple[tuple[str, str, str], ...]:
+    """An assistant message's `tool_calls` as (id, name, arguments) triples (null: none)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_TOOL_CALLS:
+        raise invalid(f"{where} is not a list of at most {MAX_TOOL_CALLS} calls")
+    out = []
+    for i, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise invalid(f"{where}[{i}].function is missing")
+        call_id = _text(call.get("id"), f"{where}[{i}].id") or f"call_{i}"
+        name = _text(function.get("name"), f"{where}[{i}].function.name") or ""
+        arguments = _text(function.get("arguments"), f"{where}[{i}].function.arguments") or ""
+        out.append((call_id, name, arguments))
+    return tuple(out)
 
 
 def parse_choices(

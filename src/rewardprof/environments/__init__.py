@@ -35,6 +35,11 @@ BUILTIN: dict[str, str] = {
         "rewardprof.environments.instruction_following:InstructionFollowingEnvironment"
     ),
     "llm_judge": "rewardprof.environments.llm_judge:LLMJudgeEnvironment",
+    # environments that act (rewardprof.environments.acting), under NeMo Gym's names
+    "example_multi_step": "rewardprof.environments.nemo_multi_step:MultiStepEnvironment",
+    "example_session_state_mgmt": (
+        "rewardprof.environments.nemo_session_counter:SessionCounterEnvironment"
+    ),
 }
 
 # NeMo Gym environment names -> (rewardprof environment, option defaults under the entry's own

@@ -165,7 +165,8 @@ class Environment(Generic[OptionsT]):
         super().__init_subclass__(**kwargs)
         # the type parameter of `Environment[X]` is the options model: declared once, read here
         for base in getattr(cls, "__orig_bases__", ()):
-            if typing.get_origin(base) is Environment:
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Environment):
                 (model,) = typing.get_args(base)
                 if isinstance(model, type):
                     cls.Options = model

@@ -58,3 +58,19 @@ class JudgeOptions(EnvironmentOptions, RetryOptions):
     cache_dir: str | None = None
     """Directory of cached replies, keyed by the request body: a rerun does not pay for the same
     judgement twice (null: no cache)."""
+
+
+class EpisodeOptions(EnvironmentOptions):
+    """The bounds of one episode of an environment that acts (rewardprof.environments.acting)."""
+
+    max_steps: PositiveInt = 8
+    """Most model turns of one episode; an episode still calling tools then stops
+    (stop reason max_steps) and is scored as it stands, as NeMo Gym's agent does."""
+    max_total_tokens: PositiveInt = 8192
+    """Most completion tokens over all turns of one episode (stop reason token_budget)."""
+    max_tool_output_chars: PositiveInt = 16384
+    """Most characters of one tool output carried into the next prompt (the rest is cut, and
+    the cut is said in the output)."""
+    max_trajectory_chars: PositiveInt = 1_000_000
+    """Most characters of a whole trajectory as journaled; a larger episode is the failure
+    trajectory_too_large."""

@@ -89,8 +89,12 @@ class FakeOpenAI(BackgroundServer):
         echo_key: bool = False,
         basic_auth: tuple[str, str] | None = None,
         echo_auth: bool = False,
+        tool_calls: Callable[[dict], list[dict] | None] | None = None,
     ):
         super().__init__(host, port)
+        # a request that offers tools: the calls the model makes (chat-completions tool_calls),
+        # or None to answer with text
+        self.tool_calls = tool_calls
         self.echo_auth = echo_auth
         self.answer, self.model = answer, model
         self.latency_s, self.hang_s, self.fault_fn = latency_s, hang_s, fault_fn
@@ -250,6 +254,12 @@ class FakeOpenAI(BackgroundServer):
         # as vLLM: token ids only if asked
         ids = self.return_token_ids and bool(body.get("return_token_ids"))
         payload = chat_completion(self.model, choices, len(prompt.split()), ids)
+        if self.tool_calls is not None and body.get("tools"):
+            for j, choice in enumerate(payload["choices"]):
+                calls = self.tool_calls({**body, "seed": None if seed is None else seed + j})
+                if calls:
+                    choice["message"]["tool_calls"] = calls
+                    choice["finish_reason"] = "tool_calls"
         if fault in MANGLE:
             MANGLE[fault](payload)
         return payload

@@ -34,6 +34,8 @@ from rewardprof.engine.http_retry import client_session
 from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, VerifyContext, make_environment
+from rewardprof.environments.acting import ActingEnvironment
+from rewardprof.stages.rollout.episodes import engine_chat, episode_fields
 from rewardprof.stages.rollout.progress import Progress
 from rewardprof.stages.rollout.seeds import (
     gen_key,
@@ -140,6 +142,13 @@ class ShardRun:
         progress: Progress,
         work: Work,
     ) -> None:
+        if isinstance(env := self.envs[self._label[unit.pos]], ActingEnvironment):
+            kinds: Counter[str] = Counter()
+            records = await self._episode_records(unit, env, client, ctx)
+            for rec in records:
+                self._journal(rec, unit.pos, writer, work, kinds)
+            tokens = sum(rec.get("completion_tokens") or 0 for rec in records)
+            return progress.update(len(unit.indices), kinds.total(), tokens, kinds, None)
         task_id, label = self._task_id[unit.pos], self._label[unit.pos]
         messages, row_json = self._text[unit.pos]
         seed0 = task_seed(self.cfg.sampling.seed, task_id)
@@ -165,8 +174,8 @@ class ShardRun:
         env = self.envs[label]
         row = json.loads(row_json)
         got = {c.index: c for c in result.choices}
-        failed = tokens = 0
         kinds: Counter[str] = Counter()
+        tokens = 0
         for j, r in enumerate(unit.indices):
             rec = dict(base, rollout_index=r, seed=seed0 + r)
             choice = got.get(j)
@@ -192,15 +201,52 @@ class ShardRun:
                     finished_at=time.time(),
                 )
                 tokens += choice.completion_tokens or 0
-            rec = journal_record(rec)  # secrets masked; a field that does not fit: a failure
-            if rec["status"] != OK:
-                failed += 1
-                kinds[rec["status"]] += 1
-                self.failed_here.add((base["task_index"], r))
-            self.counts[rec["status"]] += 1
-            writer.append(rec)  # journaled before the plan hears of it
-            work.returned(unit.pos, r, rec["status"], rec.get("reward"))
-        progress.update(len(unit.indices), failed, tokens, kinds, result.detail)
+            self._journal(rec, unit.pos, writer, work, kinds)
+        progress.update(len(unit.indices), kinds.total(), tokens, kinds, result.detail)
+
+    def _journal(
+        self, rec: dict, pos: int, writer: JournalWriter, work: Work, kinds: Counter[str]
+    ) -> None:
+        """One finished rollout: to the journal first, then to the counts and the plan."""
+        rec = journal_record(rec)  # secrets masked; a field that does not fit: a failure
+        if rec["status"] != OK:
+            kinds[rec["status"]] += 1
+            self.failed_here.add((rec["task_index"], rec["rollout_index"]))
+        self.counts[rec["status"]] += 1
+        writer.append(rec)  # journaled before the plan hears of it
+        work.returned(pos, rec["rollout_index"], rec["status"], rec.get("reward"))
+
+    async def _episode_records(
+        self, unit: Unit, env: ActingEnvironment, client: ChatClient, ctx: VerifyContext
+    ) -> list[dict[str, Any]]:
+        """An episode per rollout of the unit, side by side (stages/rollout/episodes.py)."""
+        task_id, label = self._task_id[unit.pos], self._label[unit.pos]
+        messages, row_json = self._text[unit.pos]
+        row, prompt = json.loads(row_json), json.loads(messages)
+        seed0 = task_seed(self.cfg.sampling.seed, task_id)
+        chat, limits = engine_chat(client, self._body), env.limits()
+        started = time.time()
+        runs = (
+            episode_fields(env, row, prompt, seed0 + r, chat, ctx, limits) for r in unit.indices
+        )
+        done = await asyncio.gather(*runs)
+        base = {
+            "task_index": int(self._task_index[unit.pos]),
+            "task_id": task_id,
+            "label": label,
+            "attempt": 1,
+            "request_n": 1,
+            "gen_key": self.gen_key,
+            "model": self.endpoint.model,
+            "engine": self.endpoint.identity,
+            "started_at": started,
+            "latency_s": time.time() - started,
+            "writer": self.writer_id,
+        }
+        return [
+            dict(base, rollout_index=r, seed=seed0 + r, **fields)
+            for r, fields in zip(unit.indices, done, strict=True)
+        ]
 
     def load_text(self, positions: list[int]) -> None:
         """messages + row JSON of the tasks at these positions (only those are read)."""

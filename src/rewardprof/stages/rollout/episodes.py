@@ -1,0 +1,99 @@
+"""Rollouts of environments that act: one episode per (task_index, rollout_index), journaled
+once, whole, when it has finished (a killed episode leaves nothing and starts again from its
+first turn on resume: never half-recorded, never duplicated).
+
+The episode's turns go to the engine through the shard's own client, one sample per turn,
+with the turn's seed (`rewardprof.environments.episode.turn_seed`) and the row's tools; the
+record holds the final text, the tokens of every turn, and in `extras` the verifier's extras,
+the episode's figures (`episode`: steps, tool calls, tool errors, stop reason) and its
+trajectory (the chat messages, bounded by EpisodeLimits).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rewardprof.core.kinds import OK, FailureKind
+from rewardprof.engine.client import ChatClient
+from rewardprof.environments.acting import ActingEnvironment, ToolCall
+from rewardprof.environments.base import Verdict, VerifyContext
+from rewardprof.environments.episode import (
+    ChatFn,
+    ChatReply,
+    EpisodeFailure,
+    EpisodeLimits,
+    run_episode,
+)
+
+BodyFn = Callable[[list[dict[str, Any]], int, int], dict[str, Any]]
+
+
+def engine_chat(client: ChatClient, body_for: BodyFn) -> ChatFn:
+    """The episode's chat function on the shard's client: one sample per turn; a turn the
+    engine could not answer ends the episode with the request's failure kind."""
+
+    async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
+        body = dict(body_for(messages, 1, seed), tools=tools)
+        result = await client.complete(body)
+        if not result.choices:
+            kind = result.failure or FailureKind.ENGINE_ERROR
+            raise EpisodeFailure(kind, result.detail or "the engine returned no choice")
+        choice = result.choices[0]
+        return ChatReply(
+            content=choice.text or None,
+            tool_calls=[ToolCall(*call) for call in choice.tool_calls],
+            finish_reason=choice.finish_reason,
+            prompt_tokens=result.prompt_tokens or 0,
+            completion_tokens=choice.completion_tokens or 0,
+        )
+
+    return chat
+
+
+async def _verdict(env: ActingEnvironment, row: dict, episode, ctx: VerifyContext) -> Verdict:
+    try:
+        verdict = await env.verify_episode(row, episode, ctx)
+    except TimeoutError:
+        return Verdict.failure(FailureKind.VERIFIER_TIMEOUT, "episode verification timed out")
+    except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
+        return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
+    if verdict.status == OK and (verdict.reward is None or verdict.reward != verdict.reward):
+        return Verdict.failure(
+            FailureKind.VERIFIER_ERROR, f"environment {env.name!r} returned ok without a reward"
+        )
+    return verdict
+
+
+async def episode_fields(
+    env: ActingEnvironment,
+    row: dict[str, Any],
+    messages: list[dict[str, Any]],
+    seed: int,
+    chat: ChatFn,
+    ctx: VerifyContext,
+    limits: EpisodeLimits,
+) -> dict[str, Any]:
+    """The rollout record's fields of one episode, run to its end and verified."""
+    try:
+        episode = await run_episode(chat, env, row, messages, seed, ctx, limits)
+    except EpisodeFailure as exc:
+        return {"status": exc.kind, "error": str(exc)[:300], "finished_at": time.time()}
+    t0 = time.monotonic()
+    verdict = await _verdict(env, row, episode, ctx)
+    summary = episode.summary()
+    extras = {**verdict.extras, "episode": summary, "trajectory": episode.messages}
+    return {
+        "status": verdict.status,
+        "reward": verdict.reward,
+        "error": verdict.detail,
+        "finish_reason": episode.turns[-1].finish_reason,
+        "completion": episode.final_text,
+        "prompt_tokens": summary["prompt_tokens"],
+        "completion_tokens": summary["completion_tokens"],
+        "extras": json.dumps(extras, ensure_ascii=False, default=str),
+        "verify_s": time.monotonic() - t0,
+        "finished_at": time.time(),
+    }

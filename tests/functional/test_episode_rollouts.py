@@ -1,0 +1,178 @@
+"""Episodes through the rollout stage (L1, in process, fake engine that calls tools): a blend of
+a single-turn math entry and NeMo Gym's counter environment; each episode journaled once, whole,
+with its trajectory; resume re-runs an unfinished episode from its first turn."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pyarrow.parquet as pq
+from harness import shardkit as kit
+
+from rewardprof.environments.episode import turn_seed
+from rewardprof.manifest.load import validate_config
+from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages.rollout.seeds import task_seed
+from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
+from rewardprof.store.journal import scan_journal
+from rewardprof.testing.fake_server import FakeOpenAI
+from tests.harness.nemo_gym_rows import DATA
+
+_ADD = re.compile(r"add (\d+)")
+
+
+def counter_policy(body: dict) -> list[dict] | None:
+    """The fake model of the counter task: first turn, one increment per "add N" (one too many
+    when the episode's seed % 3 == 0); second turn, read the counter; then answer in text."""
+    messages = body["messages"]
+    turns = sum(1 for m in messages if m["role"] == "assistant")
+    user = [m["content"] for m in messages if m["role"] == "user"][-1]
+    if turns == 0:
+        counts = [int(n) for n in _ADD.findall(user)]
+        if body["seed"] % 3 == 0:
+            counts[-1] += 1
+        return [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": "increment_counter", "arguments": json.dumps({"count": c})},
+            }
+            for i, c in enumerate(counts)
+        ]
+    if turns == 1:
+        return [
+            {
+                "id": "call_get",
+                "type": "function",
+                "function": {"name": "get_counter_value", "arguments": "{}"},
+            }
+        ]
+    return None
+
+
+def blend(tmp_path, base_url: str, num_repeats: int = 3):
+    (tmp_path / "data").mkdir(exist_ok=True)
+    kit.write_source(tmp_path / "data" / "m.jsonl", 4)
+    (tmp_path / "data" / "c.jsonl").write_text(
+        (DATA / "example_session_state_mgmt" / "example.jsonl").read_text()
+    )
+    cfg = kit.make_config(base_url, num_repeats)
+    data = cfg.model_dump(mode="json", exclude_unset=True)
+    data["entries"].append(
+        {
+            "label": "counter",
+            "environment": "example_session_state_mgmt",
+            "source": "data/c.jsonl",
+            "num_repeats": num_repeats,
+        }
+    )
+    cfg = validate_config(data, origin="test")
+    tasks = tmp_path / "tasks.parquet"
+    materialize.run(
+        cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
+    )
+    return cfg, tasks
+
+
+def test_a_blend_of_single_turn_and_episode_entries_journals_each_episode_once(tmp_path):
+    with FakeOpenAI(kit.answer, tool_calls=counter_policy) as server:
+        cfg, tasks = blend(tmp_path, server.base_url)
+        out = tmp_path / "out.parquet"
+        run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg))
+        requests = list(server.requests)
+    recs = pq.read_table(out).to_pandas()
+    table = pq.read_table(tasks).to_pandas().set_index("task_index")
+    counter = recs[recs["label"] == "counter"].sort_values(["task_index", "rollout_index"])
+    assert (
+        len(counter) == 5 * 3 and counter[["task_index", "rollout_index"]].duplicated().sum() == 0
+    )
+    assert set(counter["status"]) == {"ok"}
+    for rec in counter.itertuples():
+        seed = (
+            task_seed(cfg.sampling.seed, table.loc[rec.task_index, "task_id"]) + rec.rollout_index
+        )
+        assert rec.seed == seed
+        assert rec.reward == (0.0 if seed % 3 == 0 else 1.0)
+        extras = json.loads(rec.extras)
+        assert extras["episode"] == {
+            "steps": 3,
+            "tool_calls": 3,
+            "tool_errors": 0,
+            "stop_reason": "no_call",
+            "prompt_tokens": extras["episode"]["prompt_tokens"],
+            "completion_tokens": rec.completion_tokens,
+        }
+        roles = [m["role"] for m in extras["trajectory"]]
+        assert roles == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    # every turn of an episode asked with its own seed, and offered the row's tools
+    tool_requests = [b for b in requests if b.get("tools")]
+    assert len(tool_requests) == 15 * 3 and all(b["n"] == 1 for b in tool_requests)
+    first_seeds = {b["seed"] for b in tool_requests if len(b["messages"]) == 1}
+    later = {b["seed"] for b in tool_requests if len(b["messages"]) == 4}
+    assert later == {turn_seed(s, 1) for s in first_seeds}
+    math = recs[recs["label"] == "m"]
+    assert len(math) == 4 * 3 and not kit.check_records(math, kit.load_tasks(tasks), cfg)
+
+
+def _later_turn(body: dict) -> bool:
+    return bool(body.get("tools")) and len(body["messages"]) > 1
+
+
+def _by_pair(path):
+    recs = pq.read_table(path).to_pandas()
+    return {
+        (r.task_index, r.rollout_index): (r.status, r.reward, r.seed, r.extras)
+        for r in recs.itertuples()
+    }
+
+
+def test_a_sigkilled_episode_is_run_again_from_its_first_turn_and_kept_once(tmp_path):
+    """SIGKILL while an episode waits for its second turn (the fake engine holds it, so the
+    kill lands mid-episode by construction); the rerun finishes with every pair once and the
+    same trajectories and rewards as an uninterrupted run."""
+    with FakeOpenAI(kit.answer, tool_calls=counter_policy) as server:
+        cfg, tasks = blend(tmp_path, server.base_url)
+        whole = tmp_path / "whole.parquet"
+        run_shard(ShardJob(cfg, tasks, tmp_path / "j-whole", whole, "0-of-1"), kit.engine(cfg))
+        journal, out = tmp_path / "j-cut", tmp_path / "cut.parquet"
+        server.hold_after(2, match=_later_turn)
+        proc = subprocess.Popen(
+            kit.rollout_command(cfg, tasks, journal, out), start_new_session=True, cwd=tmp_path
+        )
+        deadline = time.monotonic() + 120
+        while server.gate_held < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.gate_held >= 1, "no episode reached its held turn"
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        held_episode = [b for b in server.requests if _later_turn(b)][-1]
+        server.hold_after(None)
+        kept = _journaled_extras(scan_journal(journal))
+        run_shard(ShardJob(cfg, tasks, journal, out, "0-of-1"), kit.engine(cfg))
+    # nothing of the held episode was journaled: only whole episodes ever are
+    assert all(json.loads(e)["episode"]["steps"] == 3 for e in kept)
+    assert held_episode["messages"][0]["content"]
+    assert not pq.read_table(out).to_pandas()[["task_index", "rollout_index"]].duplicated().any()
+    assert _by_pair(out) == _by_pair(whole)
+
+
+def _journaled_extras(scan) -> list[str]:
+    """The extras of every counter record the journal holds (segments and tails)."""
+    out = []
+    for source in scan.sources:
+        if source.suffix == ".parquet":
+            rows = pq.read_table(source, columns=["label", "extras"]).to_pylist()
+        else:
+            rows = []
+            for line in source.read_text().splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:  # a torn last line, expected after a kill
+                    continue
+        out += [r["extras"] for r in rows if r.get("label") == "counter"]
+    return out

@@ -1,0 +1,143 @@
+"""NeMo Gym's recorded multi-turn rollouts replayed through rewardprof's agent loop (L0, in
+process): a scripted engine serves each recorded model turn, rewardprof runs the tools itself,
+and the tool outputs and the reward must equal the recorded ones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from rewardprof.environments import make_environment
+from rewardprof.environments.acting import ToolCall
+from rewardprof.environments.base import VerifyContext
+from rewardprof.environments.episode import ChatReply, run_episode
+from tests.harness.nemo_gym_rows import rows
+
+
+def recorded_turns(output: list[dict]) -> tuple[list[ChatReply], dict[str, str]]:
+    """The model turns of a recorded Responses-API output, and each call's recorded output.
+
+    A turn is the message and function_call items the model wrote before the next tool output;
+    the agent appends the outputs of a turn's calls after them."""
+    turns: list[ChatReply] = []
+    outputs: dict[str, str] = {}
+    current: ChatReply | None = None
+    for item in output:
+        if item["type"] == "function_call_output":
+            outputs[item["call_id"]] = item["output"]
+            if current is not None:
+                turns.append(current)
+                current = None
+            continue
+        current = current or ChatReply(content=None, tool_calls=[])
+        if item["type"] == "message":
+            current.content = "".join(p.get("text", "") for p in item["content"])
+        elif item["type"] == "function_call":
+            call = ToolCall(item["call_id"], item["name"], item["arguments"])
+            current.tool_calls.append(call)
+    if current is not None:
+        turns.append(current)
+    return turns, outputs
+
+
+def scripted(turns: list[ChatReply], seeds: list[int]):
+    """A chat function serving `turns` in order (and noting the seed each turn was asked with)."""
+    queue = list(turns)
+
+    async def chat(messages, tools, seed):
+        seeds.append(seed)
+        return queue.pop(0)
+
+    return chat
+
+
+def _last_user(record: dict) -> str:
+    return [m for m in record["responses_create_params"]["input"] if m["role"] == "user"][-1][
+        "content"
+    ]
+
+
+def multi_step_cases() -> list[tuple[dict, dict]]:
+    """Each recorded rollout with its task row (matched on the user's question: the recorded
+    rows lack the expected values)."""
+    tasks = {_last_user(r): r for r in rows("example_multi_step", "example.jsonl")}
+    out = []
+    for record in rows("example_multi_step", "example_rollouts.jsonl"):
+        out.append((tasks[_last_user(record)], record))
+    return out
+
+
+def session_cases() -> list[tuple[dict, dict]]:
+    """Each recorded counter rollout with the task it ran. The recorded rows carry neither
+    `initial_count` nor `expected_count` (they ran other tasks than example.jsonl's), so both
+    are read back from the recording: the start is the final read minus the increments, the
+    expectation the final read (every recording scored 1)."""
+    out = []
+    for record in rows("example_session_state_mgmt", "example_rollouts.jsonl"):
+        items = record["response"]["output"]
+        calls = [i for i in items if i["type"] == "function_call"]
+        added = sum(
+            json.loads(c["arguments"])["count"] for c in calls if c["name"] != "get_counter_value"
+        )
+        read = [json.loads(i["output"]) for i in items if i["type"] == "function_call_output"]
+        final = [r["count"] for r in read if "count" in r][-1]
+        task = {**record, "initial_count": final - added, "expected_count": final}
+        out.append((task, record))
+    return out
+
+
+def replay(env_name: str, task: dict, record: dict):
+    env = make_environment(env_name)
+    env.check_row(task)
+    turns, outputs = recorded_turns(record["response"]["output"])
+    seeds: list[int] = []
+    episode = asyncio.run(
+        run_episode(scripted(turns, seeds), env, task, env.prompt(task), 7, VerifyContext())
+    )
+    verdict = asyncio.run(env.verify_episode(task, episode, VerifyContext()))
+    return episode, verdict, outputs, seeds
+
+
+@pytest.mark.parametrize(
+    ("env_name", "i"),
+    [("example_multi_step", i) for i in range(5)]
+    + [("example_session_state_mgmt", i) for i in range(5)],
+)
+def test_recorded_rollout_replays_with_its_tool_outputs_and_reward(env_name, i):
+    task, record = (multi_step_cases() if env_name == "example_multi_step" else session_cases())[i]
+    episode, verdict, outputs, seeds = replay(env_name, task, record)
+    ran = {r.call.id: r.output for t in episode.turns for r in t.results}
+    assert ran == outputs
+    assert verdict.status == "ok"
+    assert verdict.reward == record["reward"]
+    assert episode.stop_reason == "no_call"
+    assert len(set(seeds)) == len(seeds) and seeds[0] == 7  # a seed per turn
+    for key in ("parsed_synonym_values", "accuracy", "set_overlap"):
+        if key in record:
+            assert verdict.extras[key] == record[key]
+
+
+def test_a_wrong_order_of_synonym_values_scores_zero_and_says_why():
+    task, record = multi_step_cases()[0]
+    items = record["response"]["output"]
+    swapped = []
+    for item in items:
+        if item["type"] == "function_call" and item["name"] == "extract_synonym_values":
+            values = json.loads(item["arguments"])["synonym_values"]
+            item = {**item, "arguments": json.dumps({"synonym_values": values[::-1]})}
+        swapped.append(item)
+    episode, verdict, _, _ = replay(
+        "example_multi_step", task, {**record, "response": {"output": swapped}}
+    )
+    assert verdict.reward == 0.0
+    assert verdict.extras["order_instruction_following_failure"] is True
+
+
+def test_a_counter_left_one_off_scores_zero():
+    task, record = session_cases()[0]
+    episode, verdict, _, _ = replay(
+        "example_session_state_mgmt", {**task, "expected_count": task["expected_count"] + 1}, record
+    )
+    assert verdict.reward == 0.0 and verdict.extras["final_count"] == task["expected_count"]
