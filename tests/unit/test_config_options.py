@@ -23,6 +23,7 @@ MISTYPED = {
     "llm_judge": ("concurrency", "many"),
     "example_multi_step": ("max_steps", "several"),
     "example_session_state_mgmt": ("max_total_tokens", -5),
+    "xlam_fc": ("max_tool_output_chars", "long"),
 }
 
 

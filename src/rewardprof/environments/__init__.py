@@ -40,6 +40,7 @@ BUILTIN: dict[str, str] = {
     "example_session_state_mgmt": (
         "rewardprof.environments.nemo_session_counter:SessionCounterEnvironment"
     ),
+    "xlam_fc": "rewardprof.environments.nemo_xlam_fc:XlamFcEnvironment",
 }
 
 # NeMo Gym environment names -> (rewardprof environment, option defaults under the entry's own

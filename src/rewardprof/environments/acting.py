@@ -23,7 +23,7 @@ from rewardprof.environments.options import EpisodeOptions
 
 # What a NeMo Gym resource server answers for a tool it has no endpoint for (FastAPI's 404
 # body): the model called a tool that does not exist, and that is part of its episode.
-NOT_FOUND_OUTPUT = json.dumps({"detail": "Not Found"})
+NOT_FOUND_OUTPUT = '{"detail":"Not Found"}'  # as FastAPI writes it
 
 
 class ToolFailure(RewardprofError):

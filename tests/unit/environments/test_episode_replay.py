@@ -59,14 +59,11 @@ def _last_user(record: dict) -> str:
     ]
 
 
-def multi_step_cases() -> list[tuple[dict, dict]]:
-    """Each recorded rollout with its task row (matched on the user's question: the recorded
-    rows lack the expected values)."""
-    tasks = {_last_user(r): r for r in rows("example_multi_step", "example.jsonl")}
-    out = []
-    for record in rows("example_multi_step", "example_rollouts.jsonl"):
-        out.append((tasks[_last_user(record)], record))
-    return out
+def matched_cases(env: str) -> list[tuple[dict, dict]]:
+    """Each recorded rollout with its task row, matched on the user's question (the recorded
+    rows lack the expected answers)."""
+    tasks = {_last_user(r): r for r in rows(env, "example.jsonl")}
+    return [(tasks[_last_user(rec)], rec) for rec in rows(env, "example_rollouts.jsonl")]
 
 
 def session_cases() -> list[tuple[dict, dict]]:
@@ -103,10 +100,12 @@ def replay(env_name: str, task: dict, record: dict):
 @pytest.mark.parametrize(
     ("env_name", "i"),
     [("example_multi_step", i) for i in range(5)]
-    + [("example_session_state_mgmt", i) for i in range(5)],
+    + [("example_session_state_mgmt", i) for i in range(5)]
+    + [("xlam_fc", i) for i in range(5)],
 )
 def test_recorded_rollout_replays_with_its_tool_outputs_and_reward(env_name, i):
-    task, record = (multi_step_cases() if env_name == "example_multi_step" else session_cases())[i]
+    cases = session_cases() if env_name == "example_session_state_mgmt" else matched_cases(env_name)
+    task, record = cases[i]
     episode, verdict, outputs, seeds = replay(env_name, task, record)
     ran = {r.call.id: r.output for t in episode.turns for r in t.results}
     assert ran == outputs
@@ -114,13 +113,21 @@ def test_recorded_rollout_replays_with_its_tool_outputs_and_reward(env_name, i):
     assert verdict.reward == record["reward"]
     assert episode.stop_reason == "no_call"
     assert len(set(seeds)) == len(seeds) and seeds[0] == 7  # a seed per turn
-    for key in ("parsed_synonym_values", "accuracy", "set_overlap"):
+    for key in (
+        "parsed_synonym_values",
+        "accuracy",
+        "set_overlap",
+        "num_expected",
+        "num_predicted",
+        "num_correct",
+        "predicted_calls",
+    ):
         if key in record:
             assert verdict.extras[key] == record[key]
 
 
 def test_a_wrong_order_of_synonym_values_scores_zero_and_says_why():
-    task, record = multi_step_cases()[0]
+    task, record = matched_cases("example_multi_step")[0]
     items = record["response"]["output"]
     swapped = []
     for item in items:
@@ -141,3 +148,25 @@ def test_a_counter_left_one_off_scores_zero():
         "example_session_state_mgmt", {**task, "expected_count": task["expected_count"] + 1}, record
     )
     assert verdict.reward == 0.0 and verdict.extras["final_count"] == task["expected_count"]
+
+
+def test_xlam_fc_scores_a_missing_argument_and_an_extra_call_zero():
+    task, record = matched_cases("xlam_fc")[0]  # one expected call, matched when recorded
+    items = record["response"]["output"]
+    call = next(i for i in items if i["type"] == "function_call")
+    answer = [i for i in items if i["type"] == "message"][-1]
+
+    def turn(*calls):  # the calls, the agent's outputs of them, then the model's last answer
+        done = [
+            {"type": "function_call_output", "call_id": c["call_id"], "output": ""} for c in calls
+        ]
+        return {"output": [*calls, *done, answer]}
+
+    wrong = {**call, "arguments": "{}"}
+    _, verdict, _, _ = replay("xlam_fc", task, {**record, "response": turn(wrong)})
+    assert verdict.reward == 0.0 and verdict.extras["num_correct"] == 0
+    extra = {**call, "call_id": "call_extra"}
+    _, verdict, _, _ = replay("xlam_fc", task, {**record, "response": turn(call, extra)})
+    assert verdict.reward == 0.0 and verdict.extras["num_correct"] == 1
+    _, verdict, _, _ = replay("xlam_fc", task, {**record, "response": turn(call)})
+    assert verdict.reward == 1.0
