@@ -11,12 +11,14 @@ import signal
 import subprocess
 import time
 
+import numpy as np
 import pyarrow.parquet as pq
 from harness import shardkit as kit
 
 from rewardprof.environments.episode import turn_seed
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages.profile_episodes import episode_columns
 from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
@@ -176,3 +178,19 @@ def _journaled_extras(scan) -> list[str]:
                     continue
         out += [r["extras"] for r in rows if r.get("label") == "counter"]
     return out
+
+
+def test_the_profile_says_what_each_tasks_episodes_did(tmp_path):
+    with FakeOpenAI(kit.answer, tool_calls=counter_policy) as server:
+        cfg, tasks = blend(tmp_path, server.base_url)
+        out = tmp_path / "out.parquet"
+        run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg))
+    table = pq.read_table(tasks).to_pandas()
+    cols = episode_columns(cfg, table, out)
+    counter = (table["label"] == "counter").to_numpy()
+    assert (cols["num_episodes"][counter] == 3).all() and (
+        cols["num_episodes"][~counter] == 0
+    ).all()
+    assert (cols["mean/steps"][counter] == 3).all() and np.isnan(cols["mean/steps"][~counter]).all()
+    assert (cols["mean/tool_calls"][counter] == 3).all()
+    assert (cols["num_stop/no_call"][counter] == 3).all() and cols["num_stop/max_steps"].sum() == 0

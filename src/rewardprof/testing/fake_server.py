@@ -89,11 +89,11 @@ class FakeOpenAI(BackgroundServer):
         echo_key: bool = False,
         basic_auth: tuple[str, str] | None = None,
         echo_auth: bool = False,
-        tool_calls: Callable[[dict], list[dict] | None] | None = None,
+        tool_calls: Callable[[dict], list[dict] | dict | None] | None = None,
     ):
         super().__init__(host, port)
         # a request that offers tools: the calls the model makes (chat-completions tool_calls),
-        # or None to answer with text
+        # or None to answer with text, or {"content", "tool_calls"}: both given (a replay)
         self.tool_calls = tool_calls
         self.echo_auth = echo_auth
         self.answer, self.model = answer, model
@@ -257,6 +257,9 @@ class FakeOpenAI(BackgroundServer):
         if self.tool_calls is not None and body.get("tools"):
             for j, choice in enumerate(payload["choices"]):
                 calls = self.tool_calls({**body, "seed": None if seed is None else seed + j})
+                if isinstance(calls, dict):
+                    choice["message"]["content"] = calls.get("content")
+                    calls = calls.get("tool_calls")
                 if calls:
                     choice["message"]["tool_calls"] = calls
                     choice["finish_reason"] = "tool_calls"

@@ -10,36 +10,10 @@ import json
 import pytest
 
 from rewardprof.environments import make_environment
-from rewardprof.environments.acting import ToolCall
 from rewardprof.environments.base import VerifyContext
 from rewardprof.environments.episode import ChatReply, run_episode
+from tests.harness.episode_replay import derived_counter_rows, recorded_turns
 from tests.harness.nemo_gym_rows import rows
-
-
-def recorded_turns(output: list[dict]) -> tuple[list[ChatReply], dict[str, str]]:
-    """The model turns of a recorded Responses-API output, and each call's recorded output.
-
-    A turn is the message and function_call items the model wrote before the next tool output;
-    the agent appends the outputs of a turn's calls after them."""
-    turns: list[ChatReply] = []
-    outputs: dict[str, str] = {}
-    current: ChatReply | None = None
-    for item in output:
-        if item["type"] == "function_call_output":
-            outputs[item["call_id"]] = item["output"]
-            if current is not None:
-                turns.append(current)
-                current = None
-            continue
-        current = current or ChatReply(content=None, tool_calls=[])
-        if item["type"] == "message":
-            current.content = "".join(p.get("text", "") for p in item["content"])
-        elif item["type"] == "function_call":
-            call = ToolCall(item["call_id"], item["name"], item["arguments"])
-            current.tool_calls.append(call)
-    if current is not None:
-        turns.append(current)
-    return turns, outputs
 
 
 def scripted(turns: list[ChatReply], seeds: list[int]):
@@ -67,22 +41,8 @@ def matched_cases(env: str) -> list[tuple[dict, dict]]:
 
 
 def session_cases() -> list[tuple[dict, dict]]:
-    """Each recorded counter rollout with the task it ran. The recorded rows carry neither
-    `initial_count` nor `expected_count` (they ran other tasks than example.jsonl's), so both
-    are read back from the recording: the start is the final read minus the increments, the
-    expectation the final read (every recording scored 1)."""
-    out = []
-    for record in rows("example_session_state_mgmt", "example_rollouts.jsonl"):
-        items = record["response"]["output"]
-        calls = [i for i in items if i["type"] == "function_call"]
-        added = sum(
-            json.loads(c["arguments"])["count"] for c in calls if c["name"] != "get_counter_value"
-        )
-        read = [json.loads(i["output"]) for i in items if i["type"] == "function_call_output"]
-        final = [r["count"] for r in read if "count" in r][-1]
-        task = {**record, "initial_count": final - added, "expected_count": final}
-        out.append((task, record))
-    return out
+    records = rows("example_session_state_mgmt", "example_rollouts.jsonl")
+    return list(zip(derived_counter_rows(records), records, strict=True))
 
 
 def replay(env_name: str, task: dict, record: dict):

@@ -1,0 +1,71 @@
+"""NeMo Gym's recorded agent rollouts replayed through the whole workflow (L3 local): a blend
+of single-turn math and three environments that act, 2 shards, a scripted engine serving each
+recorded model turn; rewardprof runs the tools, and every tool output and reward in the merged
+rollouts and the profile equals the recorded one."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from harness import shardkit as kit
+from harness.episode_replay import ReplayEngine, derived_counter_rows, last_user
+from harness.nemo_gym_rows import rows
+from helpers import WITHOUT_EXPORT, endpoint_config, snakemake, write_config, write_jsonl
+
+from rewardprof.testing.fake_server import FakeOpenAI
+
+pytestmark = pytest.mark.workflow
+
+ACTING = ("example_multi_step", "example_session_state_mgmt", "xlam_fc")
+
+
+def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
+    """Entries (math + the three) and every recording they replay."""
+    kit.write_source(tmp_path / "data" / "m.jsonl", 3)
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
+    recordings = []
+    for env in ACTING:
+        records = rows(env, "example_rollouts.jsonl")
+        recordings += records
+        if env == "example_session_state_mgmt":
+            tasks = derived_counter_rows(records)
+        else:
+            tasks = rows(env, "example.jsonl")
+        write_jsonl(tmp_path / "data" / f"{env}.jsonl", tasks)
+        entries.append(
+            {"label": env, "environment": env, "source": f"data/{env}.jsonl", "num_repeats": 2}
+        )
+    return entries, recordings
+
+
+def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
+    entries, recordings = _sources(tmp_path)
+    with FakeOpenAI(kit.answer, tool_calls=ReplayEngine(recordings)) as server:
+        config = write_config(tmp_path, endpoint_config(server.base_url, entries))
+        r = snakemake(tmp_path, *WITHOUT_EXPORT, "--configfile", str(config))
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    run = tmp_path / "results" / "t"
+    rollouts = pd.read_parquet(run / "rollouts.parquet")
+    profile = pd.read_parquet(run / "profile" / "tasks.parquet")
+    tasks = pd.read_parquet(run / "materialize" / "tasks.parquet").set_index("task_index")
+    recorded = {last_user(r["responses_create_params"]["input"]): r for r in recordings}
+    acting = rollouts[rollouts["label"].isin(ACTING)]
+    assert len(acting) == 15 * 2 and set(acting["status"]) == {"ok"}
+    for rec in acting.itertuples():
+        row = json.loads(tasks.loc[rec.task_index, "row"])
+        want = recorded[last_user(row["responses_create_params"]["input"])]
+        assert rec.reward == want["reward"], (rec.label, rec.task_index)
+        outputs = {
+            i["call_id"]: i["output"]
+            for i in want["response"]["output"]
+            if i["type"] == "function_call_output"
+        }
+        trajectory = json.loads(rec.extras)["trajectory"]
+        ran = {m["tool_call_id"]: m["content"] for m in trajectory if m["role"] == "tool"}
+        assert ran == outputs, (rec.label, rec.task_index)
+    by_label = profile.set_index("label")
+    assert (by_label.loc[list(ACTING), "num_stop/no_call"] == 2).all()
+    assert by_label.loc["m", "num_episodes"].eq(0).all()
+    assert sorted(profile.loc[profile["label"] == "xlam_fc", "mean/reward"]) == [0, 0, 1, 1, 1]
