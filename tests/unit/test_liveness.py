@@ -4,10 +4,14 @@ run_while_alive stopping work that would otherwise wait out its retry backoffs."
 from __future__ import annotations
 
 import asyncio
+import time
 
+import aiohttp
 import pytest
 
 from rewardprof.core.config import Rollout
+from rewardprof.engine.balancer import Balancer
+from rewardprof.engine.client import ChatClient
 from rewardprof.engine.liveness import (
     CONNECTED_AFTER_S,
     EndpointDown,
@@ -113,3 +117,46 @@ def test_only_a_connection_never_made_counts_as_the_endpoint_gone():
     assert is_connect_failure("ClientConnectorError: Cannot connect to host 127.0.0.1:9")
     assert not is_connect_failure("ClientPayloadError: Response payload is not completed")
     assert not is_connect_failure("ServerDisconnectedError: Server disconnected")
+
+
+def test_no_replica_listed_counts_as_down_even_with_a_request_waiting_in_its_attempt():
+    """The endpoints file emptied (the fleet stopped): a request waits for a replica inside an
+    attempt that looks connected, yet the job stops on endpoint_down_s, with a typed one-line
+    failure that says no replica is listed; a replica listed again resets the count."""
+    clock = Clock()
+    balancer = Balancer(["http://10.0.0.1:8000/v1"], capacity=4, clock=clock)
+    live = EndpointLiveness(10, clock)
+    live.follow_listing(balancer.unlisted_for)
+    waiting = live.attempt_started()  # the request's attempt, waiting in acquire()
+    balancer.set_urls([])
+    clock.now += 9  # the waiting attempt is past CONNECTED_AFTER_S: it looks connected
+    assert not live.is_down() and CONNECTED_AFTER_S < 9
+    balancer.set_urls(["http://10.0.0.2:8000/v1"])  # a replica back: the count starts over
+    clock.now += 100
+    assert live.down_for() is None
+    balancer.set_urls([])
+    clock.now += 10
+    assert live.is_down() and live.down_for() == 10
+    live.attempt_ended(waiting, answered=False)
+
+
+def test_a_client_request_on_an_emptied_fleet_fails_typed_within_the_limit():
+    async def main() -> None:
+        balancer = Balancer(["http://127.0.0.1:9/v1"], capacity=2)
+        balancer.set_urls([])  # what `rewardprof fleet` writes on stop
+        live = EndpointLiveness(0.3)
+        async with aiohttp.ClientSession() as session:
+            client = ChatClient(
+                session, "http://127.0.0.1:9/v1", None, Rollout(), liveness=live, balancer=balancer
+            )
+            request = client.complete({"model": "m", "messages": [], "n": 1})
+            t0 = time.monotonic()
+            with pytest.raises(EndpointDown) as err:
+                await asyncio.wait_for(run_while_alive(request, live, "0-of-1: engine X"), 30)
+        assert time.monotonic() - t0 < 0.3 + 2  # the limit plus one watch tick, not forever
+        assert balancer.waiters == 0  # the waiting request was cancelled, not left behind
+        msg = str(err.value)
+        assert msg.startswith("0-of-1: engine X: no replica listed in the endpoints file")
+        assert "rollout.endpoint_down_s=0.3" in msg and "\n" not in msg
+
+    asyncio.run(main())

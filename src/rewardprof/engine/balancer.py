@@ -28,7 +28,9 @@ engine.endpoints_file).
   no replica idles while another works off a queue; engine.move_waiting turns it off.
 - While no replica is in, requests still go to one that is out (round robin): their connection
   errors are what the endpoint's liveness (engine/liveness.py) counts to stop the job on
-  rollout.endpoint_down_s, as with one endpoint.
+  rollout.endpoint_down_s, as with one endpoint. While none is listed at all (the endpoints file
+  emptied: the fleet stopped), requests wait for the file to list one, and that time counts
+  toward rollout.endpoint_down_s too (`unlisted_for`), so the wait has a limit.
 
 `snapshot()` is what the rollout job's heartbeat carries per replica for `rewardprof status`.
 """
@@ -123,6 +125,7 @@ class Balancer:
         self.move_waiting = move_waiting
         self.waiters = 0  # requests waiting for a slot (work the job has yet to send)
         self.moves = 0  # requests moved off a queue to a free replica
+        self.unlisted_since: float | None = None  # since when no replica has been listed
         self.set_urls(urls)
 
     # ---- membership --------------------------------------------------------------------------
@@ -142,7 +145,17 @@ class Balancer:
             if r.listed and url not in wanted:
                 r.listed = False
                 log.info("replica %s: no longer listed", public_url(url))
+        if wanted:
+            self.unlisted_since = None
+        elif self.unlisted_since is None:
+            self.unlisted_since = self.clock()
+            log.warning("no replica listed: requests wait for the endpoints file to list one")
         self._notify()
+
+    def unlisted_for(self) -> float | None:
+        """Seconds no replica has been listed (None: some is), for the endpoint's liveness."""
+        since = self.unlisted_since
+        return None if since is None else self.clock() - since
 
     def listed(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.listed]

@@ -67,6 +67,8 @@ class ChatClient:
         self.session = session
         self.balancer = balancer  # several replicas: each attempt goes to one of them
         self.liveness = liveness  # told how every attempt ended (a dead endpoint stops a job)
+        if balancer is not None and liveness is not None:
+            liveness.follow_listing(balancer.unlisted_for)  # an empty fleet stops a job too
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.headers = {"Content-Type": "application/json"}
         self.bearer = bool(api_key)

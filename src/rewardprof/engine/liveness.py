@@ -9,6 +9,9 @@ that has waited `CONNECTED_AFTER_S` got a connection: generating is slow, connec
 port is not), and that has lasted `down_after_s` (`rollout.endpoint_down_s`). `watch()` checks
 that on a clock, not when the next error comes: requests sleeping in their retry backoff do not
 each wait out their own budget first.
+With several replicas, a time when none is listed at all (`follow_listing`: the fleet's endpoints
+file emptied) counts as down too, whatever is in flight: a request waiting for a replica to be
+listed sits inside an attempt that looks connected, and would otherwise wait without limit.
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ class EndpointLiveness:
         self.connection_errors = 0  # since failing_since
         self._in_flight: dict[int, float] = {}  # attempt token -> when it started
         self._tokens = itertools.count()
+        self._unlisted_for: Callable[[], float | None] = lambda: None
+
+    def follow_listing(self, unlisted_for: Callable[[], float | None]) -> None:
+        """`unlisted_for()`: seconds no replica has been listed, or None (Balancer.unlisted_for)."""
+        self._unlisted_for = unlisted_for
+
+    def unlisted(self) -> bool:
+        return self._unlisted_for() is not None
 
     def attempt_started(self) -> int:
         """A new attempt; pass the returned token to attempt_ended."""
@@ -69,6 +80,9 @@ class EndpointLiveness:
 
     def down_for(self) -> float | None:
         """Seconds the endpoint has been down by the rule above, else None."""
+        unlisted = self._unlisted_for()
+        if unlisted is not None:
+            return unlisted
         if self.failing_since is None:
             return None
         now = self.clock()
@@ -108,6 +122,12 @@ async def run_while_alive(
         await asyncio.gather(task, watcher, return_exceptions=True)
     if not task.cancelled():  # it ended on its own: its result, or its exception
         return task.result()
+    limit = f"(rollout.endpoint_down_s={liveness.down_after_s:g})"
+    if liveness.unlisted():
+        raise EndpointDown(
+            f"{what}: no replica listed in the endpoints file for {watcher.result():.0f}s "
+            f"{limit}; finished rollouts are journaled, rerun once the fleet lists a replica"
+        )
     last = " ".join((liveness.last_error or "?").split())
     raise EndpointDown(
         f"{what} unreachable: every request failed with a connection error for "
