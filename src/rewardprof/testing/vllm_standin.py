@@ -41,7 +41,8 @@ _WRAPPER = """#!/bin/sh
 # stand-in for the engine's interpreter (rewardprof.testing.vllm_standin): vLLM's entry points
 # run the simulated engine
 case "$1" in
-  -c) printf '%s\\n' '{probe}' ;;
+  -c) [ $# -eq 2 ] && { printf '%s\\n' '{probe}'; exit 0; }  # the engine probe
+      shift 2; exec {python} -m rewardprof.testing.vllm_standin "$@" ;;  # multinode's launcher
   -m) shift 2; exec {python} -m rewardprof.testing.vllm_standin "$@" ;;
   *) echo "vllm stand-in: unexpected arguments: $*" >&2; exit 2 ;;
 esac
