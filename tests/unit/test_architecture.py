@@ -1,6 +1,7 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle,
-no import against the layer table, no module over 400 lines, a reason on every function-local
-import, every module on the map of docs/architecture.md."""
+no import off the dependency list, no reach into another package's private modules, no module
+over 400 lines, a reason on every function-local import, every module on the map of
+docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -118,21 +119,30 @@ def test_no_import_cycle():
     )
 
 
-# The packages from the ground up (docs/architecture.md, "Layers"). A module imports only from
-# its own package or from a package on a lower layer: never up, never sideways (decisions and
-# store know nothing of each other; engine knows no environment).
-LAYERS = {
-    "core": 0,
-    "decisions": 1,
-    "store": 1,
-    "engine": 2,
-    "environments": 3,
-    "sources": 4,
-    "manifest": 5,
-    "testing": 5,
-    "stages": 6,
-    "tools": 7,
-    "cli": 8,
+# The packages and what each may import besides itself (docs/architecture.md, "Dependencies"):
+# an explicit list, not a total order, so a new arrow is a decision written here. The list is
+# acyclic and respects the layers of the map (core at the bottom, cli at the top).
+ALLOWED = {
+    "core": set(),
+    "decisions": {"core"},
+    "store": {"core"},
+    "engine": {"core"},
+    "environments": {"core", "engine"},
+    "sources": {"core", "environments"},
+    "manifest": {"core", "decisions", "environments"},
+    "testing": {"engine"},
+    "stages": {"core", "decisions", "engine", "environments", "sources", "store"},
+    "tools": {
+        "core",
+        "decisions",
+        "engine",
+        "environments",
+        "manifest",
+        "sources",
+        "stages",
+        "store",
+    },
+    "cli": {"core", "manifest", "stages"},
 }
 
 
@@ -142,37 +152,95 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def _layer_violations(edges: dict[str, set[str]]) -> list[str]:
+def _dependency_violations(
+    edges: dict[str, set[str]], allowed: dict[str, set[str]] = ALLOWED
+) -> list[str]:
     out = []
     for module, targets in sorted(edges.items()):
         for target in sorted(targets):
             a, b = _package(module), _package(target)
             if a == b or b == "":  # own package; the package's docstring-only face
                 continue
-            if LAYERS[b] >= LAYERS[a]:
-                out.append(f"{module} -> {target} ({a} {LAYERS[a]}, {b} {LAYERS[b]})")
+            if b not in allowed[a]:
+                out.append(f"{module} -> {target} ({a} may import {sorted(allowed[a])})")
     return out
 
 
-def test_every_package_has_a_layer():
-    assert {_package(m) for m in MODULES} - {""} == set(LAYERS)
+def test_every_package_is_on_the_dependency_list():
+    assert {_package(m) for m in MODULES} - {""} == set(ALLOWED)
 
 
-def test_the_layer_check_finds_upward_and_sideways_imports():
+def test_the_dependency_list_has_no_cycle_and_names_only_packages():
+    assert set().union(*ALLOWED.values()) <= set(ALLOWED)
+    assert _cycles(ALLOWED) == []
+
+
+def test_the_dependency_check_finds_arrows_not_on_the_list():
     edges = {
         "rewardprof.core.config": {"rewardprof.environments"},
         "rewardprof.store.journal": {"rewardprof.decisions.stats"},
+        "rewardprof.engine.fleet": {"rewardprof.store.layout", "rewardprof.core.config"},
         "rewardprof.stages.merge": {"rewardprof.store.journal", "rewardprof.stages"},
     }
-    assert _layer_violations(edges) == [
-        "rewardprof.core.config -> rewardprof.environments (core 0, environments 3)",
-        "rewardprof.store.journal -> rewardprof.decisions.stats (store 1, decisions 1)",
+    assert _dependency_violations(edges) == [
+        "rewardprof.core.config -> rewardprof.environments (core may import [])",
+        "rewardprof.engine.fleet -> rewardprof.store.layout (engine may import ['core'])",
+        "rewardprof.store.journal -> rewardprof.decisions.stats (store may import ['core'])",
     ]
 
 
-def test_no_import_against_the_layers():
-    violations = _layer_violations({m: _edges(m) for m in MODULES})
-    assert not violations, "imports up or sideways across layers: " + "; ".join(violations)
+def test_no_import_off_the_dependency_list():
+    violations = _dependency_violations({m: _edges(m) for m in MODULES})
+    assert not violations, "imports not on the dependency list: " + "; ".join(violations)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_reaches(module: str, tree: ast.Module) -> list[str]:
+    """Imports of a private module (`pkg._wire`) from outside the package that holds it, and of
+    a private name (`from pkg.mod import _helper`) from any other module."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        for target in _sources(module, node):
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                owner = ".".join(parts[:i])
+                if _private(part) and module != owner and not module.startswith(owner + "."):
+                    out.append(f"{module} -> {target}")
+                    break
+        if isinstance(node, ast.ImportFrom) and _base(module, node).startswith("rewardprof"):
+            base = _base(module, node)
+            out += [
+                f"{module} -> {base}.{a.name}"
+                for a in node.names
+                if _private(a.name) and f"{base}.{a.name}" not in MODULES
+            ]
+    return out
+
+
+def test_the_private_check_finds_reaches():
+    tree = ast.parse(
+        "from rewardprof.environments import _code_wire\n"
+        "from rewardprof.store.journal import _scan\n"
+        "import rewardprof.environments._code_values\n"
+    )
+    assert _private_reaches("rewardprof.tools.check", tree) == [
+        "rewardprof.tools.check -> rewardprof.environments._code_wire",
+        "rewardprof.tools.check -> rewardprof.store.journal._scan",
+        "rewardprof.tools.check -> rewardprof.environments._code_values",
+    ]
+    assert _private_reaches("rewardprof.environments.code", tree) == [
+        "rewardprof.environments.code -> rewardprof.store.journal._scan",
+    ]
+
+
+def test_no_reach_into_another_package_private_modules():
+    reaches = [r for module, tree in TREES.items() for r in _private_reaches(module, tree)]
+    assert not reaches, "imports of another package's private module or name: " + "; ".join(reaches)
 
 
 def test_no_module_over_400_lines():
