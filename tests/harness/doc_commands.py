@@ -114,6 +114,8 @@ def words_after_configfile(command: str) -> list[str]:
     words = shlex.split(command, comments=True)
     taken: list[str] = []
     for i, word in enumerate(words):
+        if word.startswith(("--configfile=", "--configfiles=")):
+            taken.append(word.split("=", 1)[1])  # one word: it takes that file only
         if word in ("--configfile", "--configfiles"):
             for value in words[i + 1 :]:
                 if value.startswith("-"):

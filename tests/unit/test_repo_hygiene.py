@@ -69,6 +69,20 @@ def test_no_documented_configfile_is_followed_by_a_target():
     assert any("--configfile" in c for c in shown)  # the check saw the commands
 
 
+def test_documented_targets_follow_a_one_word_configfile():
+    # `--configfile FILE TARGET` parses TARGET as YAML before any rewardprof code runs: a
+    # documented command naming a target writes the config as one word, --configfile=FILE
+    with_target = [
+        (where, command)
+        for path in doc_files()
+        for where, command in snakemake_commands(path)
+        if "results/" in command.split("#")[0] and "--report" not in command
+    ]
+    assert with_target, "the README's rerun of one shard names a target"
+    assert [(w, c) for w, c in with_target if "--configfile " in c] == []
+    assert words_after_configfile("snakemake --configfile=a.yaml results/x.parquet") == ["a.yaml"]
+
+
 def test_test_modules_have_unique_names():
     # the test folders are not packages: pytest imports each module by its file name, and a
     # second module of the same name stops the whole run at collection

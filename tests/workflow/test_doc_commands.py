@@ -87,7 +87,7 @@ class Scenario:
             assert "3-of-8" in out and "context_length" in out, out[-3000:]
             assert not (self.work / RERUN_TARGET).exists()
             self.refuse_task3 = False
-        if _bare(command) == f"snakemake --cores all {RERUN_TARGET} --configfile my-sweep.yaml":
+        if _bare(command) == f"snakemake --cores all --configfile=my-sweep.yaml {RERUN_TARGET}":
             # only that shard's job ran, and it asked for task 3's two failed rollouts only
             assert _job_counts(out) == {"rollout": 1, "total": 1}, out[-3000:]
             assert len(asked) == 1 and asked[0]["n"] == 2, asked
@@ -149,6 +149,6 @@ def test_documented_commands_run_verbatim(doc, tmp_path):
         assert ran
         if doc.name == "README.md":  # the acceptance: README's rerun of one shard was run
             assert (
-                f"snakemake --cores all {RERUN_TARGET} --configfile my-sweep.yaml" in scenario.seen
+                f"snakemake --cores all --configfile=my-sweep.yaml {RERUN_TARGET}" in scenario.seen
             )
         scenario.finish()
