@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from rewardprof.engine.fleet import to_publish
 from rewardprof.manifest.load import validate_config
 from rewardprof.tools.fleet import sbatch_script
 
@@ -40,3 +41,12 @@ def test_a_slurm_fleet_bound_to_loopback_is_refused_naming_the_fix(host):
         _cfg(endpoints_file="results/x/fleet/endpoints.json", host=host)
     assert f"engine.host: {host} with fleet.launcher slurm" in str(err.value)
     assert "set engine.host: 0.0.0.0" in str(err.value)
+
+
+def test_the_published_list_never_empties_while_the_fleet_runs():
+    a, b = "http://n1:8000/v1", "http://n2:8000/v1"
+    assert to_publish([], None) == []  # starting: nothing ready yet
+    assert to_publish([a, b], [a]) == [a, b]
+    assert to_publish([b], [a, b]) == [b]  # one died: dropped, another still serves
+    assert to_publish([], [b]) == [b]  # the last one restarting: the list stays
+    assert to_publish([a], [b]) == [a]  # back (or another ready): the new list

@@ -12,7 +12,9 @@ shard job.
   job's tasks), turns those files into endpoints.json every second: one writer, and replicas
   on other nodes of the job publish through the shared filesystem.
 - A replica that dies is dropped from endpoints.json within a second and started again, up to
-  `fleet.restarts` times (clients take it out by themselves at once: engine/balancer.py).
+  `fleet.restarts` times (clients take it out by themselves at once: engine/balancer.py); the
+  last replica's death leaves the list as it was until one is ready again (`to_publish`): an
+  empty list means the fleet stopped.
 - The fleet stops on SIGTERM/SIGINT (`rewardprof fleet stop`, scancel) or when
   `fleet/stop` exists: every replica is stopped (SIGTERM, grace, SIGKILL, the sweep of its
   processes) and endpoints.json is left listing none.
@@ -146,6 +148,15 @@ def ready_urls(paths: FleetPaths, indices: range) -> list[str]:
     return urls
 
 
+def to_publish(ready: list[str], published: list[str] | None) -> list[str]:
+    """The list to publish now: the ready replicas, except that a list never empties while the
+    fleet runs. The loop only goes on while one of this process's replicas is kept (started
+    again after it died), so one will come back: until then the last list stays, and clients
+    ride the restart out on their own limit (connection errors toward rollout.endpoint_down_s)
+    rather than read "no replica" as the fleet stopped. Stopping writes the empty list."""
+    return ready if ready or not published else published
+
+
 def serve_fleet(cfg: Config, run_dir: str | Path, ranks: list[int], publisher: bool) -> int:
     """Run the replicas `ranks` until SIGTERM/SIGINT or the stop file; the publisher also
     writes endpoints.json. Returns the exit code."""
@@ -167,7 +178,7 @@ def serve_fleet(cfg: Config, run_dir: str | Path, ranks: list[int], publisher: b
                 log.info("fleet: %s exists: stopping", paths.stop)
                 break
             if publisher:
-                urls = ready_urls(paths, everyone)
+                urls = to_publish(ready_urls(paths, everyone), published)
                 if urls != published:
                     write_endpoints(paths.endpoints, urls, state="running")
                     log.info("fleet: publishing %d of %d replicas", len(urls), len(everyone))
