@@ -1,4 +1,4 @@
-"""The code judge, round 3 (issue 38's audit), end to end through the code environment in a
+"""The code judge, round 3 (an audit's findings), end to end through the code environment in a
 real sandbox: each wrong program that used to score 1 scores 0, each right program that used
 to score 0 scores 1.
 
