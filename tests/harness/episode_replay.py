@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from rewardprof.environments.acting import ToolCall
+from rewardprof.environments.base import extract_messages
 from rewardprof.environments.episode import ChatReply
 
 
@@ -42,19 +43,18 @@ def last_user(messages: list[dict]) -> str:
 
 class ReplayEngine:
     """A FakeOpenAI tool policy replaying recordings keyed by the task's user message: turn k
-    of a request (k = assistant messages so far) is the recording's turn k."""
+    of a request (k = assistant messages past the prompt's own) is the recording's turn k."""
 
     def __init__(self, records: list[dict]):
-        self.turns = {
-            last_user(r["responses_create_params"]["input"]): recorded_turns(
-                r["response"]["output"]
-            )[0]
-            for r in records
-        }
+        self.turns = {}
+        for r in records:
+            prompt = extract_messages(r)
+            before = sum(1 for m in prompt if m["role"] == "assistant")
+            self.turns[last_user(prompt)] = (recorded_turns(r["response"]["output"])[0], before)
 
     def __call__(self, body: dict) -> dict:
-        turns = self.turns[last_user(body["messages"])]
-        turn = turns[sum(1 for m in body["messages"] if m["role"] == "assistant")]
+        turns, before = self.turns[last_user(body["messages"])]
+        turn = turns[sum(1 for m in body["messages"] if m["role"] == "assistant") - before]
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in turn.tool_calls

@@ -11,26 +11,31 @@ import pandas as pd
 import pytest
 from harness import shardkit as kit
 from harness.episode_replay import ReplayEngine, derived_counter_rows, last_user
-from harness.nemo_gym_rows import rows
+from harness.nemo_gym_rows import rows, task_row
 from helpers import WITHOUT_EXPORT, endpoint_config, snakemake, write_config, write_jsonl
 
+from rewardprof.environments.base import extract_messages
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
 
 ACTING = ("example_multi_step", "example_session_state_mgmt", "xlam_fc")
+# one turn judged as its action; its recordings are its task rows (they carry expected_action)
+SINGLE_STEP = "single_step_tool_use_with_argument_comparison"
 
 
 def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
-    """Entries (math + the three) and every recording they replay."""
+    """Entries (math, the three, single step) and every recording they replay."""
     kit.write_source(tmp_path / "data" / "m.jsonl", 3)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
     recordings = []
-    for env in ACTING:
+    for env in (*ACTING, SINGLE_STEP):
         records = rows(env, "example_rollouts.jsonl")
         recordings += records
         if env == "example_session_state_mgmt":
             tasks = derived_counter_rows(records)
+        elif env == SINGLE_STEP:
+            tasks = [task_row(r) for r in records]
         else:
             tasks = rows(env, "example.jsonl")
         write_jsonl(tmp_path / "data" / f"{env}.jsonl", tasks)
@@ -50,12 +55,12 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
     rollouts = pd.read_parquet(run / "rollouts.parquet")
     profile = pd.read_parquet(run / "profile" / "tasks.parquet")
     tasks = pd.read_parquet(run / "materialize" / "tasks.parquet").set_index("task_index")
-    recorded = {last_user(r["responses_create_params"]["input"]): r for r in recordings}
+    recorded = {last_user(extract_messages(r)): r for r in recordings}
     acting = rollouts[rollouts["label"].isin(ACTING)]
     assert len(acting) == 15 * 2 and set(acting["status"]) == {"ok"}
     for rec in acting.itertuples():
         row = json.loads(tasks.loc[rec.task_index, "row"])
-        want = recorded[last_user(row["responses_create_params"]["input"])]
+        want = recorded[last_user(extract_messages(row))]
         assert rec.reward == want["reward"], (rec.label, rec.task_index)
         outputs = {
             i["call_id"]: i["output"]
@@ -69,3 +74,17 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
     assert (by_label.loc[list(ACTING), "num_stop/no_call"] == 2).all()
     assert by_label.loc["m", "num_episodes"].eq(0).all()
     assert sorted(profile.loc[profile["label"] == "xlam_fc", "mean/reward"]) == [0, 0, 1, 1, 1]
+    _assert_single_step_as_recorded(rollouts, tasks, recorded, by_label)
+
+
+def _assert_single_step_as_recorded(rollouts, tasks, recorded, by_label) -> None:
+    """One turn each, reward and NeMo Gym's category as recorded; a call ends at max_steps."""
+    single = rollouts[rollouts["label"] == SINGLE_STEP]
+    assert len(single) == 5 * 2 and set(single["status"]) == {"ok"}
+    for rec in single.itertuples():
+        row = json.loads(tasks.loc[rec.task_index, "row"])
+        want = recorded[last_user(extract_messages(row))]
+        assert rec.reward == want["reward"], rec.task_index
+        assert json.loads(rec.extras)["category"] == want["category"], rec.task_index
+    assert by_label.loc[SINGLE_STEP, "num_stop/no_call"].sum() == 4 * 2  # 4 replied in text
+    assert by_label.loc[SINGLE_STEP, "num_stop/max_steps"].sum() == 1 * 2  # 1 called a tool

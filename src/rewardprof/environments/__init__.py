@@ -41,6 +41,9 @@ BUILTIN: dict[str, str] = {
         "rewardprof.environments.nemo_session_counter:SessionCounterEnvironment"
     ),
     "xlam_fc": "rewardprof.environments.nemo_xlam_fc:XlamFcEnvironment",
+    "single_step_tool_use_with_argument_comparison": (
+        "rewardprof.environments.nemo_single_step:SingleStepToolUseEnvironment"
+    ),
 }
 
 # NeMo Gym environment names -> (rewardprof environment, option defaults under the entry's own

@@ -107,8 +107,11 @@ def _as_messages(value: Any, key: str) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
-        out = []
+        out: list[dict[str, Any]] = []
         for m in value:
+            if m.get("type") in _HISTORY_ITEMS:
+                _add_history_item(out, m, key)
+                continue
             if "role" not in m or "content" not in m:
                 raise RowError(f"{key}: every message needs 'role' and 'content'")
             content = m["content"]
@@ -119,6 +122,31 @@ def _as_messages(value: Any, key: str) -> list[dict[str, Any]]:
             out.append({"role": role, "content": content})
         return out
     raise RowError(f"{key}: expected a string or a non-empty list of messages")
+
+
+# Responses-API items of an earlier exchange in a row's input (a conversation cut mid-way):
+# reasoning is dropped, calls join the assistant turn, outputs become tool messages.
+_HISTORY_ITEMS = ("reasoning", "function_call", "function_call_output")
+
+
+def _add_history_item(out: list[dict[str, Any]], item: dict[str, Any], key: str) -> None:
+    kind = item["type"]
+    if kind == "reasoning":
+        return
+    try:
+        if kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+            return
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]},
+        }
+    except KeyError as missing:
+        raise RowError(f"{key}: a {kind} item needs {missing}") from None
+    if not (out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]):
+        out.append({"role": "assistant", "content": None, "tool_calls": []})
+    out[-1]["tool_calls"].append(call)
 
 
 def with_example(messages: list[dict[str, Any]], example: list[dict[str, str]]) -> list[dict]:
