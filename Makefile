@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # time waiting. TEST_WORKERS=0 runs it in this process, one test at a time.
 TEST_WORKERS ?= 4
 
-.PHONY: bytecode run test test-fast test-functional test-workflow install install-engine nltk-data lint clean-venv
+.PHONY: bytecode run test test-fast test-functional test-workflow install install-engine install-train nltk-data lint clean-venv
 
 $(VENV)/.core-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ $(VENV)/.nltk-data-installed: $(VENV)/.core-installed src/rewardprof/tools/nltk_
 nltk-data: $(VENV)/.nltk-data-installed
 
 install-engine: $(ENGINE_VENV)/.engine-installed
+
+# `rewardprof grpo-step` runs its optimizer step under the engine's interpreter: the engine install
+# already carries torch (CPU) and transformers for the model conversion, so training adds no third
+# environment and nothing to CI's install time (docs/training.md)
+install-train: $(ENGINE_VENV)/.engine-installed
+	$(ENGINE_VENV)/bin/python -c "import torch, transformers"
 
 run: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)

@@ -287,6 +287,11 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("model", "Prepare the models the engine serves.", *_tool("engine.model")),
     Command(
+        "grpo-step",
+        "one GRPO optimizer step of the policy on a batch of rollouts (make install-train)",
+        *_tool("train.step"),
+    ),
+    Command(
         "launch",
         "run the Snakemake controller as a (requeued) Slurm job",
         *_tool("tools.launch"),

@@ -128,6 +128,7 @@ ALLOWED = {
     "store": {"core"},
     "engine": {"core"},
     "environments": {"core", "engine"},
+    "train": {"core", "engine"},
     "sources": {"core", "environments"},
     "manifest": {"core", "decisions", "environments"},
     "testing": {"engine"},
