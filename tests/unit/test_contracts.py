@@ -26,6 +26,8 @@ NOT_MODULES = {
     "rewardprof.environments._sandbox_launcher",
     "rewardprof.environments._sandbox_runner",
     "rewardprof.environments._code_judge",
+    # a script the engine interpreter runs as a file: it imports torch, which the core lacks
+    "rewardprof.train.scripts.grpo_torch",
 }
 # stdlib only: its text also runs in the sandbox and in the judge, where rewardprof is not
 # importable, so its exceptions cannot derive from RewardprofError (the harness turns each one

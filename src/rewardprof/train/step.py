@@ -124,8 +124,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=Path, required=True, help="rollouts, JSON Lines (see docs)")
     p.add_argument("--model", type=Path, default=None, help=f"default: {DEFAULT_MODEL}")
     p.add_argument("--variant", choices=VARIANTS, default="grpo", help="advantage estimator")
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate")
+    p.add_argument("--seed", type=int, default=0, help="torch seed (same seed, same numbers)")
 
 
 def run_command(args: argparse.Namespace) -> int:
