@@ -239,6 +239,13 @@ def task_profile(
     cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
     cols["num_distinct_rewards"] = distinct
     prof = pd.DataFrame(cols)
+    # a label's rewards are binary when every scored one is 0 or 1; pass@k counts passes as
+    # successes, which only means "at least one of k right" for such labels (wordle's 1.4,
+    # newton_bench's -0.49 are not a pass or a fail): null for the others
+    binary = prof["label"].map(_binary_labels(prof)).fillna(True).to_numpy(dtype=bool)
+    prof["binary_rewards"] = binary
+    for k in p.pass_at_k:
+        prof.loc[~binary, f"pass@{k}"] = np.nan
     post, priors = _posterior_cols(cfg, prof, pos[ok], reward[ok])
     for k, v in post.items():
         prof[k] = v
