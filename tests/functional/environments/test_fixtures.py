@@ -4,6 +4,8 @@ Each tests/data/environments/<env>.jsonl line is one case: a NeMo Gym row, a com
 expected reward/status (and a subset of the verifier extras; optional environment `options`;
 for llm_judge the fake judge's reply). The first two cases of every file
 are the two-row fixture: the same task answered right (reward 1) and wrong (reward 0).
+Environments that act are proved on NeMo Gym's own recorded rollouts instead
+(tests/data/nemo_gym/<env>/example_rollouts.jsonl, replayed in tests/unit/environments).
 """
 
 from __future__ import annotations
@@ -11,16 +13,21 @@ from __future__ import annotations
 import pytest
 from harness.env_helpers import DATA, FakeJudge, load_cases, run
 
-from rewardprof.environments import BUILTIN, make_environment
+from rewardprof.environments import BUILTIN, get_environment_class, make_environment
+from rewardprof.environments.acting import ActingEnvironment
 
 ENVS = ["math", "mcq", "reasoning_gym", "code", "instruction_following", "llm_judge"]
+NEMO_GYM = DATA.parent / "nemo_gym"
 CASES = [(env, c) for env in ENVS for c in load_cases(env)]
 
 
 def test_every_builtin_has_a_fixture_file():
-    assert sorted(BUILTIN) == sorted(ENVS)
+    acting = sorted(n for n in BUILTIN if issubclass(get_environment_class(n), ActingEnvironment))
+    assert sorted(set(BUILTIN) - set(acting)) == sorted(ENVS)
     for env in ENVS:
         assert (DATA / f"{env}.jsonl").exists(), env
+    for env in acting:
+        assert (NEMO_GYM / env / "example_rollouts.jsonl").exists(), env
 
 
 @pytest.mark.parametrize("env", ENVS)
