@@ -64,6 +64,12 @@ class Engine(StrictModel):
     a request's usage total is split by text length (completion_tokens_source 'apportioned')."""
     serve_args: list[str] = Field(default_factory=list)
     """Extra command-line arguments for the vLLM server."""
+    tool_call_parser: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Serve mode: vLLM's tool-call parser for the model (e.g. hermes, llama3_json), started
+    with --enable-auto-tool-choice: without it vLLM answers requests that offer tools with
+    text only. Required in serve mode when an entry's environment acts (episodes). A builtin
+    model is then served with rewardprof's ChatML template that lists the tools (its own knows
+    none)."""
     serve_env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the vLLM server."""
     startup_timeout_s: PositiveFloat = 900

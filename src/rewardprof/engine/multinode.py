@@ -49,6 +49,7 @@ from rewardprof.engine.server import (
     EngineError,
     probe_engine,
 )
+from rewardprof.engine.tool_calling import tool_args
 
 log = logging.getLogger(__name__)
 # `vllm serve` run by its module, vllm.entrypoints.cli.main: the only entry point with the
@@ -123,7 +124,7 @@ def node_commands(
         if arg.split("=", 1)[0] in RESERVED_ARGS + MULTINODE_RESERVED:
             raise EngineError(f"engine.serve_args: {arg} is set by serve mode itself")
     base = [python, "-c", CLI_LAUNCH, "serve", model, "--served-model-name", cfg.model_name,
-            token, "--host", "0.0.0.0", "--port", str(port), *COMMON_ARGS,
+            token, "--host", "0.0.0.0", "--port", str(port), *COMMON_ARGS, *tool_args(cfg),
             *cfg.engine.serve_args]  # fmt: skip
     if len(nodes) == 1:
         return [base]

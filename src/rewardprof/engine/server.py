@@ -46,6 +46,7 @@ from rewardprof.engine.host import (
     served_models,
 )
 from rewardprof.engine.model import engine_python, resolve_model
+from rewardprof.engine.tool_calling import tool_args
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class VLLMServer:
             str(port),
             *COMMON_ARGS,
             *(CPU_ARGS if cpu else []),
+            *tool_args(self.cfg),
             *self.cfg.engine.serve_args,
         ]
         env = {

@@ -117,7 +117,8 @@ async def run_calls(
 
 
 def _assistant_message(reply: ChatReply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    # "" rather than null: chat templates that know no tools concatenate the content
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or ""}
     if reply.tool_calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

@@ -65,6 +65,7 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
     for i, e in enumerate(cfg.entries):
         _check_packages(i, e)
+        _check_tool_calling(cfg, i, e, origin)
     if cfg.adaptive.warm_start:
         check_warm_start(cfg.adaptive.warm_start, origin)
     return cfg
@@ -97,6 +98,17 @@ def _check_packages(i: int, entry: Entry) -> None:
         generator = entry.source.generator
         package = GENERATOR_PACKAGES[generator]
         extras.check((package,), f"{where}: source generator {generator!r}", "environments")
+
+
+def _check_tool_calling(cfg: Config, i: int, entry: Entry, origin: str) -> None:
+    """An entry that acts, served by rewardprof's own vLLM, needs its tool-call parser: without
+    --enable-auto-tool-choice vLLM answers every turn with text and no episode ever acts."""
+    acts = getattr(get_environment_class(entry.environment), "acts", False)
+    if acts and cfg.engine.mode == "serve" and cfg.engine.tool_call_parser is None:
+        raise ConfigError(
+            f"{origin}: entries[{i}] ({entry.label}): environment {entry.environment!r} calls "
+            "tools; set engine.tool_call_parser to the model's vLLM tool-call parser (e.g. hermes)"
+        )
 
 
 def _options_problems(i: int, entry: Entry) -> list[str]:

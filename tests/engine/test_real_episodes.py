@@ -1,0 +1,74 @@
+"""L2: episodes against the real engine (vLLM CPU + SmolLM2-135M) in serve mode: the rollout
+job starts vLLM with its tool-calling flags and rewardprof's ChatML template for tools, runs
+NeMo Gym's counter environment, and every episode ends journaled once, scored or failed with a
+kind. The small model's calls may be poor (it was not trained for tools); the plumbing must
+hold: vLLM takes the tools and the tool messages, and what it answers is an episode."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from engine_helpers import MODEL, models_dir
+
+from rewardprof.core.kinds import FailureKind
+from rewardprof.engine.session import engine_session
+from rewardprof.environments.episode import turn_seed
+from rewardprof.manifest.load import validate_config
+from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
+from tests.harness.nemo_gym_rows import DATA
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+_ = models_dir  # a fixture (imported to be found)
+STOPS = {"no_call", "max_steps", "token_budget", "length"}
+
+
+@pytest.mark.timeout(1800)
+def test_counter_episodes_end_to_end_in_serve_mode(models_dir, tmp_path):
+    source = tmp_path / "c.jsonl"
+    source.write_text((DATA / "example_session_state_mgmt" / "example.jsonl").read_text())
+    data = {
+        "run": "t",
+        "num_shards": 1,
+        "entries": [
+            {
+                "label": "counter",
+                "environment": "example_session_state_mgmt",
+                "source": str(source),
+                "num_repeats": 2,
+                "options": {"max_steps": 3},
+            }
+        ],
+        "engine": {
+            "mode": "serve",
+            "model": f"builtin:{MODEL}",
+            "models_dir": str(models_dir),
+            "tool_call_parser": "hermes",
+            "startup_timeout_s": 600,
+        },
+        "sampling": {"max_tokens": 96, "temperature": 1.0, "seed": 3},
+    }
+    cfg = validate_config(data)
+    tasks = tmp_path / "tasks.parquet"
+    materialize.run(cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json"))
+    shard_file = tmp_path / "shard.parquet"
+    shard.run(None, StagePaths(tasks=tasks, out=shard_file, shard=0, num_shards=1))
+    out = tmp_path / "out.parquet"
+    engine = EngineOpener(cfg.model_name, lambda: engine_session(cfg))
+    run_shard(ShardJob(cfg, shard_file, tmp_path / "journal", out, "0-of-1"), engine)
+    recs = pd.read_parquet(out)
+    assert len(recs) == 10 and not recs[["task_index", "rollout_index"]].duplicated().any()
+    # vLLM took every turn (tools offered, tool messages sent back): no refused request
+    assert set(recs["status"]) <= {"ok", *FailureKind}
+    assert not (recs["status"] == FailureKind.REQUEST_ERROR).any(), recs["error"].tolist()
+    ok = recs[recs["status"] == "ok"]
+    assert len(ok) >= 8, recs[["status", "error"]].to_string()
+    for rec in ok.itertuples():
+        episode = json.loads(rec.extras)["episode"]
+        assert episode["stop_reason"] in STOPS and 1 <= episode["steps"] <= 3
+        assert rec.reward in (0.0, 1.0) and rec.completion_tokens > 0
+        assert rec.seed == turn_seed(rec.seed, 0)
+    calls = sum(json.loads(e)["episode"]["tool_calls"] for e in ok["extras"])
+    print(f"\n{len(ok)} episodes ok, {calls} tool calls, rewards {ok['reward'].tolist()}")
