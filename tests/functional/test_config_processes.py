@@ -52,6 +52,7 @@ def test_command_line_sections_are_read_as_yaml():
 def test_validation_imports_no_verifier_library():
     """The registry is lazy and each Options model cheap: checking a config that names every
     built-in imports none of the verifier libraries (nor the judge's HTTP client)."""
+    engine = {"engine": {"tool_call_parser": "hermes"}}  # environments that act need it to serve
     entries = [
         {"label": name, "environment": name, "source": "x.jsonl", "options": MINIMAL[name]}
         for name in BUILTIN
@@ -60,7 +61,7 @@ def test_validation_imports_no_verifier_library():
     code = (
         "import json, sys\n"
         "from rewardprof.manifest.load import validate_config\n"
-        f"validate_config(json.loads({json.dumps(json.dumps({'entries': entries}))}))\n"
+        f"validate_config(json.loads({json.dumps(json.dumps({'entries': entries, **engine}))}))\n"
         "heavy = ('math_verify', 'sympy', 'reasoning_gym', 'if_verifiable', 'nltk',"
         " 'langdetect', 'aiohttp')\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"

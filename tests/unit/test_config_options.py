@@ -29,10 +29,11 @@ MISTYPED = {
 
 
 def _config(env: str, options: dict) -> dict:
-    """A blend whose third entry (entries[2]) is `env` with `options`."""
+    """A blend whose third entry (entries[2]) is `env` with `options` (served with a tool-call
+    parser, which an environment that acts needs in serve mode)."""
     plain = [{"label": f"m{i}", "environment": "math", "source": "x.jsonl"} for i in range(2)]
     entry = {"label": "e", "environment": env, "source": "x.jsonl", "options": options}
-    return {"entries": [*plain, entry]}
+    return {"entries": [*plain, entry], "engine": {"tool_call_parser": "hermes"}}
 
 
 def _error(data: dict) -> str:

@@ -3,12 +3,20 @@ the ChatML template a builtin model gets, rendered as vLLM renders it (jinja2)."
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import jinja2
 import pytest
 
 from rewardprof.core.config import ConfigError
+from rewardprof.engine.client import ChatResult
+from rewardprof.engine.reply import Choice
 from rewardprof.engine.tool_calling import TOOLS_TEMPLATE, tool_args
+from rewardprof.environments import make_environment
 from rewardprof.manifest.load import validate_config
+from rewardprof.stages.rollout.episodes import engine_chat
+from tests.harness.nemo_gym_rows import DATA as NEMO_GYM
 
 COUNTER = {"label": "c", "environment": "example_session_state_mgmt", "source": "c.jsonl"}
 MATH = {"label": "m", "environment": "math", "source": "m.jsonl"}
@@ -16,7 +24,8 @@ MATH = {"label": "m", "environment": "math", "source": "m.jsonl"}
 
 def test_an_entry_that_acts_in_serve_mode_needs_a_tool_call_parser():
     with pytest.raises(ConfigError, match=r"entries\[1\] \(c\).*set engine.tool_call_parser"):
-        validate_config({"entries": [MATH, COUNTER]})
+        validate_config({"entries": [MATH, COUNTER], "engine": {"mode": "serve"}})
+    validate_config({"entries": [MATH, COUNTER]})  # a stage's file without the engine section
     validate_config({"entries": [MATH, COUNTER], "engine": {"tool_call_parser": "hermes"}})
     endpoint = {"mode": "endpoint", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
     validate_config({"entries": [COUNTER], "engine": endpoint})  # the endpoint's own business
@@ -67,3 +76,27 @@ def test_the_template_lists_the_tools_and_writes_calls_and_outputs_the_hermes_wa
     assert text.endswith("<|im_start|>assistant\n")
     plain = template.render(messages=messages[:1], tools=None, add_generation_prompt=False)
     assert "<tools>" not in plain and "named SmolLM" in plain
+
+
+def test_every_turn_sends_the_tool_choice_the_row_or_the_entry_asks_for():
+    """The row's responses_create_params.tool_choice wins, then the entry's option, then auto;
+    a Responses tool's `strict` reaches the engine (vLLM then holds arguments to the schema)."""
+    row = json.loads((NEMO_GYM / "example_session_state_mgmt" / "example.jsonl").open().readline())
+    env = make_environment("example_session_state_mgmt")
+    assert env.tool_choice(row) == "auto"
+    assert make_environment(env.name, {"tool_choice": "required"}).tool_choice(row) == "required"
+    rcp = {**row["responses_create_params"], "tool_choice": "none"}
+    assert env.tool_choice({**row, "responses_create_params": rcp}) == "none"
+    assert all(t["function"]["strict"] is True for t in env.tools(row))
+
+    sent = []
+
+    class Client:  # what engine_chat asks of the shard's ChatClient
+        async def complete(self, body):
+            sent.append(body)
+            return ChatResult([Choice(0, "", "tool_calls", 5, tool_calls=(("c0", "f", "{}"),))])
+
+    chat = engine_chat(Client(), lambda m, n, seed: {"messages": m, "n": n, "seed": seed}, "none")
+    reply = asyncio.run(chat([{"role": "user", "content": "hi"}], env.tools(row), 7))
+    assert sent[0]["tool_choice"] == "none" and sent[0]["tools"] == env.tools(row)
+    assert sent[0]["seed"] == 7 and reply.tool_calls[0].name == "f"

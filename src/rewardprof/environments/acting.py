@@ -108,6 +108,8 @@ def chat_tools(responses_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise RowError(f"responses_create_params.tools[{i}]: no name")
         function = {"name": tool["name"], "description": tool.get("description") or ""}
         function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
+        if isinstance(tool.get("strict"), bool):  # the engine then holds arguments to the schema
+            function["strict"] = tool["strict"]
         out.append({"type": "function", "function": function})
     return out
 
@@ -119,6 +121,9 @@ def parse_arguments(call: ToolCall) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+TOOL_CHOICES = ("auto", "required", "none")
 
 
 class ActingEnvironment(Environment[OptionsT]):
@@ -137,6 +142,15 @@ class ActingEnvironment(Environment[OptionsT]):
         return EpisodeLimits(
             o.max_steps, o.max_total_tokens, o.max_tool_output_chars, o.max_trajectory_chars
         )
+
+    def tool_choice(self, row: dict[str, Any]) -> str:
+        """The row's own responses_create_params.tool_choice when it names a mode, else the
+        entry's option (NeMo Gym sends the row's create parameters with every turn)."""
+        rcp = row.get("responses_create_params")
+        choice = rcp.get("tool_choice") if isinstance(rcp, dict) else None
+        if choice in TOOL_CHOICES:
+            return choice
+        return getattr(self.options, "tool_choice", "auto")
 
     def tools(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """The chat-completions tools of this row (default: the row's own Responses-API ones)."""

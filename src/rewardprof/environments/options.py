@@ -9,6 +9,8 @@ validating a config must not import any verifier library.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -74,3 +76,7 @@ class EpisodeOptions(EnvironmentOptions):
     max_trajectory_chars: PositiveInt = 1_000_000
     """Most characters of a whole trajectory as journaled; a larger episode is the failure
     trajectory_too_large."""
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    """The OpenAI tool_choice sent with every turn when the row's responses_create_params
+    names none: 'required' makes the engine call a tool each turn (the episode then ends at
+    max_steps), 'none' forbids calls."""

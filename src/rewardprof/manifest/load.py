@@ -65,7 +65,10 @@ def _validated(data: dict[str, Any], origin: str) -> Config:
         raise ConfigError(f"{origin}: " + "; ".join(problems))
     for i, e in enumerate(cfg.entries):
         _check_packages(i, e)
-        _check_tool_calling(cfg, i, e, origin)
+        # only where the config says how it is served: a run directory's materialize, profile
+        # and export files leave the engine out, and the workflow's config always has one
+        if "engine" in data:
+            _check_tool_calling(cfg, i, e, origin)
     if cfg.adaptive.warm_start:
         check_warm_start(cfg.adaptive.warm_start, origin)
     return cfg

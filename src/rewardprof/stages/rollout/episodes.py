@@ -12,6 +12,7 @@ trajectory (the chat messages, bounded by EpisodeLimits).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,12 +32,12 @@ from rewardprof.environments.episode import (
 BodyFn = Callable[[list[dict[str, Any]], int, int], dict[str, Any]]
 
 
-def engine_chat(client: ChatClient, body_for: BodyFn) -> ChatFn:
+def engine_chat(client: ChatClient, body_for: BodyFn, tool_choice: str = "auto") -> ChatFn:
     """The episode's chat function on the shard's client: one sample per turn; a turn the
     engine could not answer ends the episode with the request's failure kind."""
 
     async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
-        body = dict(body_for(messages, 1, seed), tools=tools)
+        body = dict(body_for(messages, 1, seed), tools=tools, tool_choice=tool_choice)
         result = await client.complete(body)
         if not result.choices:
             kind = result.failure or FailureKind.ENGINE_ERROR
@@ -60,9 +61,10 @@ async def _verdict(env: ActingEnvironment, row: dict, episode, ctx: VerifyContex
         return Verdict.failure(FailureKind.VERIFIER_TIMEOUT, "episode verification timed out")
     except Exception as exc:  # a verifier bug is this rollout's failure, not the shard's
         return Verdict.failure(FailureKind.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}"[:300])
-    if verdict.status == OK and (verdict.reward is None or verdict.reward != verdict.reward):
+    if verdict.status == OK and (verdict.reward is None or not math.isfinite(verdict.reward)):
         return Verdict.failure(
-            FailureKind.VERIFIER_ERROR, f"environment {env.name!r} returned ok without a reward"
+            FailureKind.VERIFIER_ERROR,
+            f"environment {env.name!r} returned ok without a finite reward ({verdict.reward})",
         )
     return verdict
 

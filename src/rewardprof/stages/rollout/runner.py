@@ -224,7 +224,7 @@ class ShardRun:
         messages, row_json = self._text[unit.pos]
         row, prompt = json.loads(row_json), json.loads(messages)
         seed0 = task_seed(self.cfg.sampling.seed, task_id)
-        chat, limits = engine_chat(client, self._body), env.limits()
+        chat, limits = engine_chat(client, self._body, env.tool_choice(row)), env.limits()
         started = time.time()
         runs = (
             episode_fields(env, row, prompt, seed0 + r, chat, ctx, limits) for r in unit.indices
