@@ -21,6 +21,11 @@ rule report:
             category="Profile",
             labels={"figure": "failures and truncation per label"},
         ),
+        steps=report(
+            LAYOUT.report_file("steps"),
+            category="Profile",
+            labels={"figure": "model turns per episode, by environment"},
+        ),
         labels=report(
             LAYOUT.report_file("labels"),
             category="Tables",

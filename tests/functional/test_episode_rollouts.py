@@ -18,7 +18,7 @@ from harness import shardkit as kit
 from rewardprof.environments.episode import turn_seed
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
-from rewardprof.stages.profile_episodes import episode_columns
+from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
@@ -186,7 +186,8 @@ def test_the_profile_says_what_each_tasks_episodes_did(tmp_path):
         out = tmp_path / "out.parquet"
         run_shard(ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"), kit.engine(cfg))
     table = pq.read_table(tasks).to_pandas()
-    cols = episode_columns(cfg, table, out)
+    episodes = read_episodes(cfg, out)
+    cols = episode_columns(episodes, table)
     counter = (table["label"] == "counter").to_numpy()
     assert (cols["num_episodes"][counter] == 3).all() and (
         cols["num_episodes"][~counter] == 0
@@ -194,3 +195,6 @@ def test_the_profile_says_what_each_tasks_episodes_did(tmp_path):
     assert (cols["mean/steps"][counter] == 3).all() and np.isnan(cols["mean/steps"][~counter]).all()
     assert (cols["mean/tool_calls"][counter] == 3).all()
     assert (cols["num_stop/no_call"][counter] == 3).all() and cols["num_stop/max_steps"].sum() == 0
+    # every counter episode took 3 turns: the summary's histogram for the report's plot
+    n_counter = int(counter.sum()) * 3
+    assert steps_histograms(episodes) == {"counter": {"3": n_counter}}

@@ -75,6 +75,18 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
     assert by_label.loc["m", "num_episodes"].eq(0).all()
     assert sorted(profile.loc[profile["label"] == "xlam_fc", "mean/reward"]) == [0, 0, 1, 1, 1]
     _assert_single_step_as_recorded(rollouts, tasks, recorded, by_label)
+    # the summary's turns per episode (the report's episode_steps.png) count every episode
+    summary = {
+        s["label"]: s for s in json.loads((run / "profile/summary.json").read_text())["labels"]
+    }
+    assert summary["m"]["steps_histogram"] is None
+    for label in (*ACTING, SINGLE_STEP):
+        hist = summary[label]["steps_histogram"]
+        turns = [
+            json.loads(e)["episode"]["steps"]
+            for e in rollouts.loc[rollouts["label"] == label, "extras"]
+        ]
+        assert hist == {str(k): turns.count(k) for k in set(turns)}, label
 
 
 def _assert_single_step_as_recorded(rollouts, tasks, recorded, by_label) -> None:

@@ -199,6 +199,7 @@ def test_report_html_contains_the_plots(run):
         "pass_rate_hist.png",
         "tokens_vs_pass_rate.png",
         "failures.png",
+        "episode_steps.png",
         "labels.csv",
         "export.csv",
     ):

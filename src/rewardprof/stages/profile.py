@@ -30,7 +30,7 @@ from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posteri
 from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
 from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.adaptive_savings import savings
-from rewardprof.stages.profile_episodes import episode_columns
+from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.profile_summary import label_summary, overall_summary
 from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.jsonl import write_table_jsonl
@@ -272,7 +272,8 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     merged = paths.need("rollouts")
     files = sorted(merged.rglob("*.parquet")) if merged.is_dir() else [merged]
     prof = task_profile(cfg, tasks, rollouts, read_plans(files))
-    for name, values in episode_columns(cfg, tasks, merged).items():
+    episodes = read_episodes(cfg, merged)
+    for name, values in episode_columns(episodes, tasks).items():
         prof.insert(len(prof.columns) - 1, name, values)  # before `sample`, the row
     table = pa.Table.from_pandas(prof, preserve_index=False)
     with atomic_path(out / "tasks.parquet") as tmp:
@@ -288,8 +289,11 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         with atomic_path(out / "by_label" / f"{e['label']}.parquet") as tmp:
             pq.write_table(part, tmp, compression="zstd")
     labels = label_summary(prof.drop(columns="sample"), report, rollouts)
+    steps = steps_histograms(episodes)
     for row in labels:
         row["prior"] = prof.attrs["priors"].get(row["label"])
+        if episodes is not None:  # runs with no environment that acts keep their summary
+            row["steps_histogram"] = steps.get(row["label"])
     summary = {
         "run": cfg.run,
         "num_tasks": len(prof),

@@ -95,6 +95,48 @@ def _pass_rate_histograms(labels: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _steps_by_environment(labels: list[dict[str, Any]]) -> dict[str, dict[int, int]]:
+    """The summary's per-label steps histograms summed per environment (labels that act)."""
+    out: dict[str, dict[int, int]] = {}
+    for lab in labels:
+        for steps, n in (lab.get("steps_histogram") or {}).items():
+            env = out.setdefault(lab["environment"], {})
+            env[int(steps)] = env.get(int(steps), 0) + n
+    return out
+
+
+def _steps_histograms(labels: list[dict[str, Any]], path: Path) -> None:
+    fig = _steps_figure(labels)
+    _save(fig, path)
+    _plt().close(fig)
+
+
+def _steps_figure(labels: list[dict[str, Any]]):
+    """Model turns per episode, one panel per environment that acts (a note without an axis
+    when none does: the file is a declared output either way)."""
+    plt = _plt()
+    by_env = _steps_by_environment(labels)
+    cols = min(4, max(1, len(by_env)))
+    rows = max(1, math.ceil(len(by_env) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax in axes.flat[len(by_env) :]:
+        ax.axis("off")
+    if not by_env:
+        axes.flat[0].axis("off")
+        axes.flat[0].text(0.5, 0.5, "No environment in this run acts", ha="center", va="center")
+    for ax, (env, counts) in zip(axes.flat, sorted(by_env.items()), strict=False):
+        steps = sorted(counts)
+        ax.bar(steps, [counts[k] for k in steps], width=0.8, color="tab:green")
+        ax.set_title(env, fontsize=9)
+        ax.set_xticks(steps)
+        ax.set_xlabel("model turns", fontsize=8)
+        ax.set_ylabel("episodes", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("Turns per episode, by environment")
+    fig.tight_layout()
+    return fig
+
+
 def _tokens_vs_pass_rate(profile_path: Path, labels: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     t = pq.read_table(profile_path, columns=["label", "pass_rate", "mean/output_tokens"])
@@ -226,8 +268,9 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
     _pass_rate_histograms(labels, file["hist"])
     _tokens_vs_pass_rate(paths.need("profile"), labels, file["tokens"])
     _failure_bars(labels, file["failures"])
+    _steps_histograms(labels, file["steps"])
     _write_csv(file["labels"], *_label_table(summary))
-    written = [file["hist"], file["tokens"], file["failures"], file["labels"]]
+    written = [file["hist"], file["tokens"], file["failures"], file["steps"], file["labels"]]
     if paths.export_report:
         ex = json.loads(paths.export_report.read_text())
         reasons = sorted({k for lab in ex["labels"] for k in lab["dropped_by"]})

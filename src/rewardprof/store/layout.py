@@ -30,6 +30,7 @@ REPORT_FILES = {
     "hist": "pass_rate_hist.png",
     "tokens": "tokens_vs_pass_rate.png",
     "failures": "failures.png",
+    "steps": "episode_steps.png",
     "labels": "labels.csv",
     "export": "export.csv",
 }
