@@ -3,8 +3,9 @@ answer is the one it would have had (engine/moves.py, engine/client.py). Two sim
 (rewardprof.testing.sim_engine) in this process.
 
 By construction: two requests whose prompts make a million tokens hold replica A's two slots for
-the whole test, so the four short requests queued behind them can only be answered if they move
-to B; B's two slots take two at a time (a move needs free slots by B's /metrics).
+the whole test, so the two short requests queued behind them (a replica's queue is kept within
+its capacity: engine/sharing.py) can only be answered if they move to B, whose two free slots
+take them (a move needs free slots by B's /metrics).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _body(text: str, seed: int) -> dict:
     return {"model": MODEL, "messages": [{"role": "user", "content": text}], "seed": seed, "n": 1}
 
 
-SHORT = [_body(f"What is {i} + 1?", 100 + i) for i in range(4)]
+SHORT = [_body(f"What is {i} + 1?", 100 + i) for i in range(SLOTS)]
 HOLDERS = [_body(f"HOLD {i}", i) for i in range(2)]
 
 

@@ -253,20 +253,24 @@ def test_admission_is_capacity_times_replica_admission_and_follows_the_list():
 
 
 def test_past_its_slots_a_replica_takes_more_only_while_its_own_queue_is_short():
-    b = Balancer([A], capacity=4, admission=3)  # cap 12; one job at it queues 8
+    b = Balancer([A], capacity=4, admission=3)  # cap 12; the queue kept within 4
     r = b.replicas[A]
     r.in_flight = 4
     assert b.pick(1) is None  # its /metrics not read yet: its slots only (no burst at start)
     r.queue_read = True
     assert b.pick(1) is r  # read, no queue gauge (not vLLM): the job's own bound only
-    r.queued = 7
+    r.queued = 3
     assert b.pick(1) is r
-    r.queued = 8  # other jobs (or this one) already keep its slots fed
+    r.queued = 4  # other jobs (or this one) already keep its slots fed
     assert b.pick(1) is None
     r.in_flight = 3
     assert b.pick(1) is r  # up to its slots a job always gets its share
     r.in_flight, r.queued = 11, 0
     assert b.pick(1) is r and b.pick(2) is None  # never past the cap
+    r.in_flight, r.queued = 4, 1
+    r.sent(2)  # sent past the base since the reading: counted as queued until the next one
+    assert (r.in_flight, r.sent_over) == (6, 2)
+    assert b.pick(1) is r and b.pick(2) is None  # 1 + 2 + 1 <= 4 < 1 + 2 + 2
 
 
 def test_waiting_sequences_sums_vllms_gauges_and_says_when_absent():

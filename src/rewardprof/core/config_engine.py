@@ -29,12 +29,14 @@ class Engine(StrictModel):
     re-read while the job runs (when it changes). The job waits engine.startup_timeout_s for a
     first endpoint."""
     replica_capacity: PositiveInt | None = None
-    """Most sequences (a request for n samples counts n) in flight on one replica: the server's
-    max_num_seqs. null: the --max-num-seqs of serve_args, else 256 (vLLM's default)."""
+    """A replica's slots (a request for n samples counts n): the server's max_num_seqs. An
+    endpoints file's per-replica `capacity` comes first. null: the --max-num-seqs of serve_args,
+    else 256 (vLLM's default)."""
     replica_admission: Annotated[float, Field(ge=1)] = 3.0
-    """Several replicas: most sequences one job keeps in flight on one replica, in multiples of
-    replica_capacity; past the capacity only while the replica's queue (its /metrics) is shorter
-    than (admission - 1) x capacity. Above 1 because a request for n samples counts n until its
+    """Several replicas: most sequences the jobs on a fleet keep in flight on one replica, in
+    multiples of its capacity, split between them (each job's share: / the number of jobs);
+    past the capacity only in turns while the replica's queue (its /metrics) has room within
+    the capacity. Above 1 because a request for n samples counts n until its
     last sample is out, while the replica refills a slot as soon as its sequence ends: at 1, one
     job of n=8 requests kept 36 % of a replica's slots busy, at 3 98 % (simulated engine)."""
     move_waiting: bool = True

@@ -2,15 +2,16 @@
 engine.endpoints_file).
 
 - Least loaded: each request goes to the replica with the fewest sequences in flight relative
-  to its capacity (the server's max_num_seqs, engine.replica_capacity; a request for n samples
-  counts n). Bounded admission: a job sends a replica up to its capacity, and past it up to
-  capacity x engine.replica_admission only while the replica's own queue (vLLM's
+  to its capacity (the server's max_num_seqs: the endpoints file's per-replica `capacity`, else
+  engine.replica_capacity; a request for n samples counts n). Bounded admission, shared fairly
+  between the jobs on one fleet (engine/sharing.py): with J jobs (their leases beside the
+  endpoints file) a job sends a replica up to capacity / J sequences, and past that up to
+  capacity x engine.replica_admission / J only while the replica's own queue (vLLM's
   `vllm:num_requests_waiting` in /metrics, read with each health probe; every client's
-  sequences) is shorter than what one job at that bound would queue; else the request waits.
-  Past max_num_seqs because the count is per request while the server frees a slot per
-  sequence: a request of n holds n places until its last sample is out, most of its slots long
-  free by then, and the queue refills them. The queue check keeps many jobs on one fleet from
-  stacking their margins into thousands of queued sequences (each still gets its capacity).
+  sequences) plus J times what this job sent past its base since that reading stays within the
+  replica's capacity; else the request waits. Past the slots because the count is per request
+  while the server frees a slot per sequence: a request of n holds n places until its last
+  sample is out, most of its slots long free by then, and the queue refills them.
 - The job's requests in flight follow the fleet: `admission()` (every listed replica's
   capacity) is how many workers the rollout job keeps (at least rollout.concurrency), so a
   larger fleet is filled without a config change.
@@ -23,9 +24,11 @@ engine.endpoints_file).
   200 is taken back; one in that refuses the connection is taken out, one whose /health fails
   otherwise (slow under load) counts a failure toward `fail_after`. It also re-reads the endpoints
   file, adding and dropping replicas as the fleet publishes them.
-- Moves: when nothing of the job waits for a slot (the end of a round or of the run), a request
-  waiting in one replica's queue is moved to a replica with free slots (engine/moves.py), so
-  no replica idles while another works off a queue; engine.move_waiting turns it off.
+- Moves: when nothing of the job waits for a slot (the end of a round or of the run) and the
+  job is the fleet's only client (else a replica's queue may be another job's, and which of
+  this job's requests wait is unknown), a request known to be waiting in one replica's queue is
+  moved to a replica with free slots (engine/moves.py), so no replica idles while another works
+  off a queue; engine.move_waiting turns it off.
 - While no replica is in, requests still go to one that is out (round robin): their connection
   errors are what the endpoint's liveness (engine/liveness.py) counts to stop the job on
   rollout.endpoint_down_s, as with one endpoint. While none is listed at all (the endpoints file
@@ -41,10 +44,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -54,53 +55,17 @@ from rewardprof.core.redaction import public_url, redact
 from rewardprof.engine.endpoints import EndpointsFile, health_url, metrics_url, replica_capacity
 from rewardprof.engine.http_retry import AttemptError, read_bounded
 from rewardprof.engine.moves import Ticket, plan_moves
+from rewardprof.engine.sharing import IN, OUT, STALE_MIN_S, ClientLeases, Replica
 
 if TYPE_CHECKING:
     from rewardprof.engine.session import Endpoint
 
 log = logging.getLogger("rewardprof.engine")
 
-IN, OUT = "in", "out"
 WAITING_GAUGE = "vllm:num_requests_waiting"
 RUNNING_GAUGE = "vllm:num_requests_running"
 METRICS_BYTES = 1 << 20  # vLLM's /metrics page is tens of kB; past this it is not read
 CONNECT_FAILED = "connection refused"
-
-
-@dataclass
-class Replica:
-    url: str  # .../v1
-    capacity: int  # the server's slots (max_num_seqs)
-    cap: int = 0  # most sequences this job sends it (capacity x admission)
-    in_flight: int = 0  # sequences
-    queued: int | None = None  # sequences waiting on it, all clients (its /metrics; None: unknown)
-    queue_read: bool = False  # /metrics read once: until then no more than its capacity
-    running: int | None = None  # sequences running on it, all clients (its /metrics)
-    moved_in: int = 0  # sequences moved to it since its /metrics were read
-    moved_out: int = 0  # sequences moved off it since then
-    tickets: list[Ticket] = field(default_factory=list)  # this job's requests on it, oldest first
-    done: int = 0  # requests answered
-    errors: int = 0  # failed attempts
-    failures: int = 0  # consecutive failed attempts
-    state: str = IN
-    listed: bool = True  # still in the configured list / endpoints file
-    changed_at: float = 0.0
-    last_error: str | None = None
-
-    @property
-    def chat_url(self) -> str:
-        return self.url + "/chat/completions"
-
-    def load(self) -> float:
-        return self.in_flight / self.capacity
-
-    def admits(self, weight: int) -> bool:
-        """Whether a request of `weight` sequences may go to it now (module doc)."""
-        total = self.in_flight + weight
-        if self.in_flight == 0 or total <= self.capacity:
-            return True
-        short = self.queued is None or self.queued < self.cap - self.capacity
-        return total <= self.cap and self.queue_read and short
 
 
 class Balancer:
@@ -114,9 +79,13 @@ class Balancer:
         clock: Callable[[], float] = time.monotonic,
         admission: float = 1.0,
         move_waiting: bool = True,
+        leases: ClientLeases | None = None,
     ):
         self.capacity, self.fail_after, self.interval_s = capacity, fail_after, interval_s
-        self.cap = max(capacity, math.ceil(capacity * admission))
+        self.admission_factor = admission
+        self.jobs, self.leases = 1, leases  # jobs on the fleet (engine/sharing.py)
+        self.rank, self.wall = 0, time.time  # this job among them; turns follow the wall clock
+        self.capacities: dict[str, int] = {}  # per replica, from the endpoints file
         self.endpoints_file, self.clock = endpoints_file, clock
         self.replicas: dict[str, Replica] = {}
         self._order = itertools.count()
@@ -129,18 +98,20 @@ class Balancer:
         self.set_urls(urls)
 
     # ---- membership --------------------------------------------------------------------------
-    def set_urls(self, urls: list[str]) -> None:
-        """The replicas listed now: new ones come in, missing ones stop getting requests
-        (their requests in flight finish)."""
+    def set_urls(self, urls: list[str], capacities: dict[str, int] | None = None) -> None:
+        """The replicas listed now (with their capacities where the list says them): new ones
+        come in, missing ones stop getting requests (their requests in flight finish)."""
         wanted = [u.rstrip("/") for u in urls]
+        if capacities is not None:
+            self.capacities = {u.rstrip("/"): c for u, c in capacities.items()}
         for url in wanted:
             r = self.replicas.get(url)
             if r is None:
-                self.replicas[url] = Replica(url, self.capacity, self.cap, changed_at=self.clock())
+                r = self.replicas[url] = Replica(url, self.capacity, changed_at=self.clock())
                 self._rank[url] = next(self._order)
                 log.info("replica %s: listed", public_url(url))
-            elif not r.listed:
-                r.listed = True
+            r.listed = True
+            r.share(self.capacities.get(url, self.capacity), self.admission_factor, self.jobs)
         for url, r in self.replicas.items():
             if r.listed and url not in wanted:
                 r.listed = False
@@ -163,6 +134,14 @@ class Balancer:
     def admission(self) -> int:
         """Sequences the listed replicas admit in all (what fills the fleet)."""
         return sum(r.cap for r in self.listed())
+
+    def set_jobs(self, jobs: int) -> None:
+        """The jobs sharing the fleet now: every replica's share follows."""
+        if jobs != self.jobs:
+            log.info("fleet: %d jobs share the replicas", jobs)
+        self.jobs = max(1, jobs)
+        for r in self.replicas.values():
+            r.share(r.capacity, self.admission_factor, self.jobs)
 
     def has_in(self, besides: Replica | None = None) -> bool:
         return any(r.state == IN and r is not besides for r in self.listed())
@@ -212,7 +191,7 @@ class Balancer:
                     await cond.wait()
             finally:
                 self.waiters -= 1
-            r.in_flight += weight
+            r.sent(weight)
             return r
 
     def track(self, r: Replica, weight: int) -> Ticket:
@@ -227,8 +206,8 @@ class Balancer:
 
     def rebalance(self) -> int:
         """Move waiting requests to free replicas (engine/moves.py); how many moved."""
-        if not self.move_waiting or self.waiters:
-            return 0  # the job has work waiting for a slot: it fills whatever frees
+        if not self.move_waiting or self.waiters or self.jobs > 1:
+            return 0  # work waiting for a slot fills whatever frees; another job's queue: stay
         live = [r for r in self.listed() if r.state == IN]
         moves = plan_moves(live)
         for ticket, dst in moves:
@@ -302,13 +281,17 @@ class Balancer:
             body = b""
         page = body.decode("utf-8", "replace")
         r.queued, r.running = gauge_sum(page, WAITING_GAUGE), gauge_sum(page, RUNNING_GAUGE)
-        r.queue_read, r.moved_in, r.moved_out = True, 0, 0
+        r.queue_read, r.moved_in, r.moved_out, r.sent_over = True, 0, 0, 0
+        r.turn = (self.rank - int(self.wall() // self.interval_s)) % self.jobs
 
     async def check_once(self, session: aiohttp.ClientSession) -> None:
         if self.endpoints_file is not None:
             urls = self.endpoints_file.poll()
             if urls is not None:
-                self.set_urls(urls)
+                self.set_urls(urls, self.endpoints_file.capacities)
+        if self.leases is not None:
+            self.set_jobs(self.leases.renew())
+            self.rank = self.leases.rank
         replicas = self.listed()
         problems = await asyncio.gather(*(self.probe(session, r) for r in replicas))
         healthy = [r for r, problem in zip(replicas, problems, strict=True) if problem is None]
@@ -331,9 +314,13 @@ class Balancer:
     async def watch(self, session: aiohttp.ClientSession) -> None:
         """Probe at once (the queues: no job starts with a burst past the slots), then every
         interval until cancelled."""
-        while True:
-            await self.check_once(session)
-            await asyncio.sleep(self.interval_s)
+        try:
+            while True:
+                await self.check_once(session)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if self.leases is not None:
+                self.leases.release()
 
     def snapshot(self) -> list[dict]:
         """Per replica: url (password masked), state, in flight, done, errors, last error."""
@@ -356,9 +343,12 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         return None
     urls = list(endpoint.urls)
     file = EndpointsFile(endpoint.endpoints_file) if endpoint.endpoints_file else None
+    leases = None
     if file is not None:
         urls = file.poll() or urls  # the newest list; changes from here on come by watch()
-    return Balancer(
+        stale = max(STALE_MIN_S, 5 * cfg.engine.health_interval_s)
+        leases = ClientLeases(file.path.parent / "clients", stale)
+    b = Balancer(
         urls,
         replica_capacity(cfg),
         fail_after=cfg.engine.replica_failures_out,
@@ -366,7 +356,14 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         endpoints_file=file,
         admission=cfg.engine.replica_admission,
         move_waiting=cfg.engine.move_waiting,
+        leases=leases,
     )
+    if file is not None:
+        b.set_urls(urls, file.capacities)
+    if leases is not None:  # before the first request: a job starts within its share
+        b.set_jobs(leases.renew())
+        b.rank = leases.rank
+    return b
 
 
 def waiting_sequences(metrics: str) -> int | None:

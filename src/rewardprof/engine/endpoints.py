@@ -2,8 +2,9 @@
 
 `engine.base_url` may be one URL or a list; `engine.endpoints_file` names a JSON file
 
-    {"endpoints": ["http://host:port/v1", ...]}
+    {"endpoints": ["http://host:port/v1", ...], "capacity": {"http://host:port/v1": 64, ...}}
 
+(`capacity`, optional: a replica's slots, its `--max-num-seqs`; else engine.replica_capacity)
 that a fleet (`rewardprof fleet`, tools/fleet.py) rewrites atomically as replicas turn healthy
 or die. `EndpointsFile.poll()` re-reads it when its mtime or size changed, so a running job
 follows the fleet. A file that is missing or half-written by a foreign tool reads as "no
@@ -47,7 +48,29 @@ def parse_endpoints(data: Any, origin: str) -> list[str]:
     return urls
 
 
+def parse_capacities(data: Any, origin: str) -> dict[str, int]:
+    """The document's per-replica capacities ({} without a `capacity` map)."""
+    caps = data.get("capacity") if isinstance(data, dict) else None
+    if caps is None:
+        return {}
+    if not isinstance(caps, dict):
+        raise EndpointsFileError(f'{origin}: capacity: expected {{"URL": slots, ...}}')
+    out = {}
+    for url, n in caps.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise EndpointsFileError(
+                f"{origin}: capacity[{url!r}]: {n!r} is not a positive integer"
+            )
+        out[str(url).rstrip("/")] = n
+    return out
+
+
 def read_endpoints(path: str | Path) -> list[str]:
+    return read_endpoints_file(path)[0]
+
+
+def read_endpoints_file(path: str | Path) -> tuple[list[str], dict[str, int]]:
+    """The file's URLs and per-replica capacities."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -59,12 +82,17 @@ def read_endpoints(path: str | Path) -> list[str]:
         data = json.loads(text)
     except ValueError as exc:
         raise EndpointsFileError(f"{p}: not JSON: {str(exc).splitlines()[0]}") from None
-    return parse_endpoints(data, str(p))
+    return parse_endpoints(data, str(p)), parse_capacities(data, str(p))
 
 
-def write_endpoints(path: str | Path, urls: list[str], **fields: Any) -> None:
+def write_endpoints(
+    path: str | Path, urls: list[str], capacity: dict[str, int] | None = None, **fields: Any
+) -> None:
     """Publish `urls` (temp file, then rename: a reader never sees half a list)."""
-    write_json_atomic(Path(path), {"endpoints": list(urls), "updated_at": time.time(), **fields})
+    doc = {"endpoints": list(urls), "updated_at": time.time(), **fields}
+    if capacity:
+        doc["capacity"] = {u: capacity[u] for u in urls if u in capacity}
+    write_json_atomic(Path(path), doc)
 
 
 class EndpointsFile:
@@ -73,6 +101,7 @@ class EndpointsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._stamp: tuple[int, int] | None = None
+        self.capacities: dict[str, int] = {}  # per replica, as of the last good read
 
     def poll(self) -> list[str] | None:
         """The file's URLs if it changed since the last poll (None: unchanged or unreadable)."""
@@ -84,7 +113,7 @@ class EndpointsFile:
         if stamp == self._stamp:
             return None
         try:
-            urls = read_endpoints(self.path)
+            urls, self.capacities = read_endpoints_file(self.path)
         except EndpointsFileError:
             return None  # being replaced by a non-atomic writer: keep the last good list
         self._stamp = stamp

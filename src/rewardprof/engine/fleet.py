@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
-from rewardprof.engine.endpoints import write_endpoints
+from rewardprof.engine.endpoints import replica_capacity, write_endpoints
 from rewardprof.engine.server import EngineError, VLLMServer
 
 log = logging.getLogger("rewardprof.fleet")
@@ -180,7 +180,8 @@ def serve_fleet(cfg: Config, run_dir: str | Path, ranks: list[int], publisher: b
             if publisher:
                 urls = to_publish(ready_urls(paths, everyone), published)
                 if urls != published:
-                    write_endpoints(paths.endpoints, urls, state="running")
+                    caps = dict.fromkeys(urls, replica_capacity(cfg))
+                    write_endpoints(paths.endpoints, urls, caps, state="running")
                     log.info("fleet: publishing %d of %d replicas", len(urls), len(everyone))
                     published = urls
             if not any(k.is_alive() for k in keepers):

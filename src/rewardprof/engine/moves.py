@@ -13,10 +13,12 @@ So when nothing of the job waits for a slot, a request of this job on a replica 
 show a queue is moved to a replica with free slots: the first attempt is cancelled (the
 connection closed: vLLM aborts the request, waiting or running) and the same body, same seed,
 goes to the other replica (engine/client.py), so the rollouts come out as they would have and
-are journaled once. The newest request goes first (vLLM schedules first come, first served: the
-newest is the one still waiting); a request moves at most once; free slots and queues are the
-replicas' own gauges (every client's sequences), read with each health probe and corrected for
-the moves made since.
+are journaled once. Only requests known to be waiting move: vLLM schedules first come, first
+served, so with the job alone on the fleet (engine/balancer.py moves nothing otherwise) the
+queue's q sequences are its newest ones, and a request is waiting when it and every newer
+request of the job on that replica add up to at most q (a request sharing a partly running n is
+not). A request moves at most once; free slots and queues are the replicas' own gauges, read
+with each health probe and corrected for the moves made since.
 """
 
 from __future__ import annotations
@@ -61,6 +63,20 @@ def waiting(r: Replica) -> int:
     return 0 if r.queued is None else max(0, r.queued - r.moved_out)
 
 
+def known_waiting(src: Replica, taken: set[int]) -> list[Ticket]:
+    """The job's requests on `src` whose sequences are all among the replica's waiting ones
+    (they and every newer request of the job there add up to at most its queue: first come,
+    first served), newest first, except those `taken` (still counted: still queued there)."""
+    out, newer, queue = [], 0, waiting(src)
+    for t in reversed(src.tickets):
+        newer += t.weight
+        if newer > queue:
+            break
+        if id(t) not in taken:
+            out.append(t)
+    return out
+
+
 def plan_moves(replicas: list[Replica]) -> list[tuple[Ticket, Replica]]:
     """(request, replica to move it to) pairs: the freest replica first takes the newest
     movable requests of the longest queue, while it has free slots, the request fits the queue
@@ -77,13 +93,8 @@ def plan_moves(replicas: list[Replica]) -> list[tuple[Ticket, Replica]]:
             for src in sorted(replicas, key=lambda r: -queue[id(r)]):
                 if src is dst or queue[id(src)] <= 0:
                     continue
-                fit = min(room, queue[id(src)])
                 best = next(
-                    (
-                        t
-                        for t in reversed(src.tickets)
-                        if t.moves == 0 and id(t) not in taken and t.weight <= fit
-                    ),
+                    (t for t in known_waiting(src, taken) if t.moves == 0 and t.weight <= room),
                     None,
                 )
                 if best is not None:

@@ -362,7 +362,8 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(args.endpoints_file)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(json.dumps({"endpoints": urls}, indent=1) + "\n")
+        caps = dict.fromkeys(urls, args.max_num_seqs)  # what a fleet publishes
+        tmp.write_text(json.dumps({"endpoints": urls, "capacity": caps}, indent=1) + "\n")
         os.replace(tmp, out)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
