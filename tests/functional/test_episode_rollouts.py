@@ -106,6 +106,7 @@ def test_a_blend_of_single_turn_and_episode_entries_journals_each_episode_once(t
             "tool_calls": 3,
             "tool_errors": 0,
             "stop_reason": "no_call",
+            "prompt_messages": 1,
             "prompt_tokens": extras["episode"]["prompt_tokens"],
             "completion_tokens": rec.completion_tokens,
         }

@@ -6,8 +6,13 @@ rollouts and the profile equals the recorded one."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
 from harness.episode_replay import ReplayEngine, derived_counter_rows, last_user
@@ -87,6 +92,44 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
             for e in rollouts.loc[rollouts["label"] == label, "extras"]
         ]
         assert hist == {str(k): turns.count(k) for k in set(turns)}, label
+    _assert_check_knows_episodes(run, rollouts)
+
+
+def _assert_check_knows_episodes(run, rollouts) -> None:
+    """`rewardprof check` counts the episodes and names one whose trajectory lost a tool
+    output (the summary says 1 call; the profile would count it)."""
+    ok = subprocess.run(
+        [str(Path(sys.executable).parent / "rewardprof"), "check", str(run)],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0 and f"({15 * 2 + 5 * 2} episodes)" in ok.stdout, ok.stdout
+    part = next(  # the merged dataset's file that holds an xlam_fc episode with a call
+        f
+        for f in sorted((run / "rollouts.parquet").rglob("*.parquet"))
+        if any(
+            json.loads(e)["episode"]["tool_calls"]
+            for e in pq.read_table(f, filters=[("label", "=", "xlam_fc")])["extras"].to_pylist()
+        )
+    )
+    damaged = pq.read_table(part).to_pandas()
+    pos = next(
+        i
+        for i, e in enumerate(damaged["extras"])
+        if damaged["label"].iloc[i] == "xlam_fc" and json.loads(e)["episode"]["tool_calls"]
+    )
+    extras = json.loads(damaged["extras"].iloc[pos])
+    extras["trajectory"] = [m for m in extras["trajectory"] if m["role"] != "tool"]
+    damaged.loc[damaged.index[pos], "extras"] = json.dumps(extras)
+    pq.write_table(pa.Table.from_pandas(damaged, preserve_index=False), part)
+    bad = subprocess.run(
+        [str(Path(sys.executable).parent / "rewardprof"), "check", str(run)],
+        capture_output=True,
+        text=True,
+    )
+    want = f"task_index {damaged['task_index'].iloc[pos]}, rollout_index"
+    assert bad.returncode == 1 and "1 episode(s) not whole" in bad.stdout, bad.stdout
+    assert want in bad.stdout and "0 tool outputs" in bad.stdout, bad.stdout
 
 
 def _assert_single_step_as_recorded(rollouts, tasks, recorded, by_label) -> None:

@@ -72,6 +72,8 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     stop_reason: str = ""
     state: dict[str, Any] = field(default_factory=dict)
+    # how many of `messages` are the prompt (a row may carry an earlier exchange with calls)
+    prompt_messages: int = 0
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -88,6 +90,7 @@ class Episode:
             "tool_calls": len(self.calls),
             "tool_errors": sum(1 for t in self.turns for r in t.results if r.error),
             "stop_reason": self.stop_reason,
+            "prompt_messages": self.prompt_messages,
             "prompt_tokens": sum(t.prompt_tokens for t in self.turns),
             "completion_tokens": sum(t.completion_tokens for t in self.turns),
         }

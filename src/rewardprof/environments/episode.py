@@ -53,6 +53,9 @@ class ChatReply:
     completion_tokens: int = 0
 
 
+# how an episode ends: a turn with no call, the turn limit, the token budget, a turn cut short
+STOP_REASONS = ("no_call", "max_steps", "token_budget", "length")
+
 ChatFn = Callable[[list[dict[str, Any]], list[dict[str, Any]], int], Awaitable[ChatReply]]
 
 
@@ -141,7 +144,11 @@ async def run_episode(
     limits = limits or EpisodeLimits()
     tools = env.tools(row)
     known = {t["function"]["name"] for t in tools}
-    episode = Episode(messages=[dict(m) for m in messages], state=env.seed_state(row))
+    episode = Episode(
+        messages=[dict(m) for m in messages],
+        state=env.seed_state(row),
+        prompt_messages=len(messages),
+    )
     tokens = 0
     for step in range(limits.max_steps):
         reply = await chat(episode.messages, tools, turn_seed(seed, step))

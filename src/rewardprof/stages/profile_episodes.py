@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
 from rewardprof.environments import get_environment_class
-
-STOP_REASONS = ("no_call", "max_steps", "token_budget", "length")
+from rewardprof.environments.episode import STOP_REASONS
 
 
 def acting_labels(cfg: Config) -> list[str]:

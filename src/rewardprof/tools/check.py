@@ -12,8 +12,10 @@
     under adaptive sampling, every task's planned rollouts, from the shard outputs)
   - every rollout, in the shard outputs and the merged dataset, has one and the same gen_key
     (model, sampling and seed scheme: shards made before a change are not mixed with new ones)
+  - every scored episode of a label that acts is journaled whole (tools/check_episodes.py)
 
-Only key columns are read (never completion text). Exit 0 when all hold, else 1 with the list.
+Only key columns are read (never completion text), and the extras of the labels that act.
+Exit 0 when all hold, else 1 with the list.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name, shard_of
 from rewardprof.tools import add_run_dir_arguments
+from rewardprof.tools.check_episodes import check_episodes
 
 
 def _shard_counts(directory: Path) -> set[int]:
@@ -191,6 +194,7 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
             planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
             tasks.repeats = planned.fillna(pd.Series(tasks.repeats)).to_numpy(np.int64)
     _check_labels(report, tasks, present, problems)
+    counts["episodes"] = check_episodes(merged_path, report, problems)
     counts["warnings"] = audit_warnings(layout)
     return problems, counts
 
@@ -304,8 +308,9 @@ def run_command(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  - {p}")
         return 1
+    episodes = f" ({counts['episodes']} episodes)" if counts.get("episodes") else ""
     print(
-        f"ok: {args.run_dir}: {counts['tasks']} tasks, {counts['rollouts']} rollouts, "
+        f"ok: {args.run_dir}: {counts['tasks']} tasks, {counts['rollouts']} rollouts{episodes}, "
         f"{counts['num_shards']} shards; every invariant holds"
     )
     return 0
