@@ -192,6 +192,20 @@ def test_retry_budget_bounds_total_time(tmp_path, server, backoffs):
     assert rec["status"].tolist() == ["engine_error"] * 2
 
 
+@pytest.mark.parametrize("fault, status", [("429", "rate_limited"), ("503", "engine_error")])
+def test_a_retry_after_without_end_is_capped_then_the_request_fails_with_its_kind(
+    tmp_path, server, backoffs, fault, status
+):
+    # `Retry-After: 999999999` (31 years) is waited rollout.retry_after_max_s, not forever
+    server.fault_fn = lambda body: f"{fault}:retry_after=999999999"
+    rollout = {"max_attempts": 3, "retry_after_max_s": 0.2, "max_failed_fraction": 1.0}
+    _, rec, _, _ = _run(tmp_path, server, rollout=rollout)
+    assert backoffs == [0.2, 0.2, 0.2]  # after each attempt; the last one is not slept
+    assert rec["status"].tolist() == [status] * 2 and rec["attempt"].tolist() == [3, 3]
+    assert all(f"HTTP {fault}" in e for e in rec["error"]) and rec["reward"].isna().all()
+    assert (rec["finished_at"] - rec["started_at"]).max() < 30  # seconds, not years
+
+
 # --- deterministic errors: no retry ----------------------------------------------------------
 def test_context_length_fails_at_once_without_retry(tmp_path, server, backoffs):
     server.fault_fn = lambda body: "context_length"

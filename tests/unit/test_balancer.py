@@ -10,7 +10,7 @@ import pytest
 
 from rewardprof.core.errors import ConfigError
 from rewardprof.core.redaction import config_secrets, masked_urls, unmask_urls
-from rewardprof.engine.balancer import IN, OUT, Balancer, make_balancer, waiting_sequences
+from rewardprof.engine.balancer import IN, OUT, Balancer, make_balancer
 from rewardprof.engine.endpoints import (
     EndpointsFile,
     EndpointsFileError,
@@ -19,6 +19,7 @@ from rewardprof.engine.endpoints import (
     replica_capacity,
     write_endpoints,
 )
+from rewardprof.engine.metrics import waiting_sequences
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
 from rewardprof.tools.status import format_status, replicas_of
@@ -287,3 +288,120 @@ def test_waiting_sequences_sums_vllms_gauges_and_says_when_absent():
     assert waiting_sequences("vllm:num_requests_running 1\n") is None
     assert waiting_sequences("vllm:num_requests_waiting garbage\n") is None
     assert waiting_sequences("") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("vllm:num_requests_waiting NaN", "not a finite count"),
+        ("vllm:num_requests_waiting +Inf", "not a finite count"),
+        ('vllm:num_requests_waiting{engine="0"} -Inf', "not a finite count"),
+        ("vllm:num_requests_waiting -1", "not a finite count"),
+        ("vllm:num_requests_waiting garbage", "not a number"),
+        ("vllm:num_requests_waiting 1 2 3", "3 fields"),
+        ("vllm:num_requests_waiting 4 soon", "timestamp"),
+        ('vllm:num_requests_waiting{engine="0" 4', "not closed"),
+        ("vllm:num_requests_waiting", "0 fields"),
+    ],
+)
+def test_a_gauge_that_is_not_a_finite_count_is_ignored_and_named(line, says):
+    problems: list[str] = []
+    page = f'{line}\nvllm:num_requests_waiting{{engine="1"}} 2\n'
+    assert waiting_sequences(page, problems) == 2  # the good sample still counts
+    assert len(problems) == 1 and says in problems[0] and "num_requests_waiting" in problems[0]
+    assert waiting_sequences(line, []) is None  # nothing usable: unknown, not 0
+
+
+def test_a_sample_with_a_timestamp_reads_its_value_not_the_timestamp():
+    page = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3 1733390000000\n'
+        'vllm:num_requests_waiting{model_name="a } b \\" c"} 4.0 1733390000000\n'
+        "vllm:num_requests_waiting 5\n"
+    )
+    problems: list[str] = []
+    assert waiting_sequences(page, problems) == 12 and problems == []
+    big = "vllm:num_requests_waiting 1e308\n" * 2  # each finite, the sum not
+    assert waiting_sequences(big, problems) is None and "sum is not finite" in problems[0]
+
+
+class _Page:
+    """An aiohttp-like GET of a /metrics page (no network: L0)."""
+
+    def __init__(self, text: str) -> None:
+        self.status, self.headers, self.text = 200, {}, text.encode()
+        self.content = self
+
+    async def iter_chunked(self, size):
+        yield self.text
+
+    def get(self, url, timeout=None):
+        return self
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+
+def test_read_queue_warns_once_about_bad_gauges_and_keeps_the_good(caplog):
+    b = Balancer([A], capacity=4)
+    r = b.replicas[A]
+    page = "vllm:num_requests_waiting NaN\nvllm:num_requests_running 3 1733390000000\n"
+    with caplog.at_level("WARNING", logger="rewardprof.engine"):
+        for _ in range(3):
+            asyncio.run(b.read_queue(_Page(page), r))
+    assert (r.queued, r.running, r.queue_read) == (None, 3, True)
+    warned = [m for m in caplog.messages if "samples ignored" in m]
+    assert len(warned) == 1 and "not a finite count" in warned[0]  # once, not every probe
+    asyncio.run(b.read_queue(_Page("vllm:num_requests_waiting 2\n"), r))
+    assert (r.queued, r.metrics_problem) == (2, None)
+
+
+def test_the_health_watch_survives_any_exception_and_keeps_watching(tmp_path, caplog):
+    """Round 1 raises inside the check (an unforeseen bug, a replica's NaN gauge before it was
+    ignored); the watch logs it and goes on: round 2 re-reads the endpoints file (C listed) and
+    takes B, out before, back in."""
+    path = tmp_path / "endpoints.json"
+    write_endpoints(path, [A, B])
+    b = Balancer([A, B], capacity=4, endpoints_file=EndpointsFile(path))
+    b.take_out(b.replicas[B], "killed")
+    rounds: list[int] = []
+
+    async def probe(session, r):
+        if len(rounds) == 0:
+            raise RuntimeError("float('nan') cannot be converted to an integer")
+        return None
+
+    async def sleep(seconds):  # a fake clock: the watch's interval costs no time
+        rounds.append(seconds)
+        if len(rounds) == 1:
+            write_endpoints(path, [A, B, C])
+        if len(rounds) == 2:
+            raise asyncio.CancelledError  # the job ends the watch
+
+    b.probe, b.sleep = probe, sleep
+    b.read_queue = lambda session, r: asyncio.sleep(0)
+    with (
+        caplog.at_level("WARNING", logger="rewardprof.engine"),
+        pytest.raises(asyncio.CancelledError),
+    ):
+        asyncio.run(b.watch(session=None))
+    assert rounds == [b.interval_s, b.interval_s] and b.watch_errors == 1
+    assert any("health watch" in m and "RuntimeError" in m for m in caplog.messages)
+    assert [b.replicas[u].state for u in (A, B, C)] == [IN, IN, IN]  # B back, C listed
+
+
+def test_a_nan_gauge_no_longer_stops_the_watch():
+    b = Balancer([A], capacity=4)
+
+    async def probe(session, r):
+        return None
+
+    async def sleep(seconds):
+        raise asyncio.CancelledError
+
+    b.probe, b.sleep = probe, sleep
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(b.watch(_Page("vllm:num_requests_waiting NaN\n")))
+    assert b.watch_errors == 0 and b.replicas[A].queue_read  # read, nothing raised

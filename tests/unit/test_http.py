@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from rewardprof.core.config import Rollout
 from rewardprof.engine.http_retry import (
     AttemptError,
     RetryPolicy,
@@ -20,6 +21,7 @@ from rewardprof.engine.http_retry import (
     status_error,
     with_retries,
 )
+from rewardprof.environments.options import JudgeOptions
 
 
 def test_retry_after_forms():
@@ -59,12 +61,12 @@ def test_status_detail_is_one_short_line_and_carries_retry_after():
 
 
 def test_backoff_doubles_with_jitter_up_to_the_cap_and_yields_to_retry_after():
-    policy = RetryPolicy(max_attempts=10, backoff_initial_s=1.0, backoff_max_s=5.0)
+    policy = _policy(max_attempts=10, backoff_initial_s=1.0, backoff_max_s=5.0)
     rng = random.Random(0)
     for attempt, nominal in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 5.0), (8, 5.0)]:
         for _ in range(50):
             assert 0.5 * nominal <= policy.delay_s(attempt, None, rng) < 1.5 * nominal
-    assert policy.delay_s(1, 30.0, rng) == 30.0  # a longer Retry-After wins, cap or not
+    assert policy.delay_s(1, 30.0, rng) == 30.0  # a longer Retry-After wins over the backoff
     assert policy.delay_s(4, 0.0, rng) >= 2.5
 
 
@@ -86,7 +88,11 @@ class Script:
         self.waits.append(wait)
 
 
-FAST = RetryPolicy(max_attempts=4, backoff_initial_s=0.001, backoff_max_s=0.002)
+def _policy(**keys) -> RetryPolicy:
+    return RetryPolicy.of(Rollout(**keys))
+
+
+FAST = _policy(max_attempts=4, backoff_initial_s=0.001, backoff_max_s=0.002)
 
 
 def _run(script: Script, policy: RetryPolicy = FAST) -> str:
@@ -126,7 +132,7 @@ def test_retry_after_is_waited_out():
 
 
 def test_the_budget_ends_retries_before_a_wait_would_pass_it():
-    policy = RetryPolicy(max_attempts=100, backoff_initial_s=0.0, backoff_max_s=0.0, budget_s=0.5)
+    policy = _policy(max_attempts=100, backoff_initial_s=0.0, backoff_max_s=0.0, retry_budget_s=0.5)
     script = Script(transient(retry_after=0.2), transient(retry_after=0.2), transient(0.2))
     with pytest.raises(AttemptError):
         _run(script, policy)
@@ -137,3 +143,59 @@ def test_part_of_an_answer_is_asked_for_again_at_once():
     script = Script(transient(retry_after=60, backoff=False))
     assert _run(script) == "done"
     assert script.calls == [1, 2] and script.waits == []
+
+
+class FakeClock:
+    """Monotonic time that moves only when the retry loop sleeps: hours of waiting in no time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _rate_limited(header: str) -> AttemptError:
+    return status_error(429, "slow down", {"Retry-After": header})
+
+
+def _run_on(clock: FakeClock, script: Script, policy: RetryPolicy) -> str:
+    loop = with_retries(script, policy, random.Random(0), script.on_retry, clock, clock.sleep)
+    return asyncio.run(loop)
+
+
+@pytest.mark.parametrize("header", ["999999999", "9" * 400])  # 31 years; a float overflow (inf)
+def test_a_retry_after_without_end_is_capped_and_spent_from_the_budget(header):
+    # the defaults every client gets: Retry-After honoured up to 300 s, 1800 s per request
+    policy = _policy(max_attempts=100)
+    assert (policy.retry_after_max_s, policy.budget_s) == (300.0, 1800.0)
+    clock = FakeClock()
+    script = Script(*[_rate_limited(header)] * 100)
+    with pytest.raises(AttemptError) as info:
+        _run_on(clock, script, policy)
+    assert info.value.kind == "rate_limited" and "HTTP 429" in info.value.detail
+    assert script.waits == [300.0] * 6  # a seventh wait would pass the 1800 s budget
+    assert clock.now == 1800.0 and len(script.calls) == 7
+
+
+def test_a_retry_after_within_the_cap_is_honoured_exactly():
+    clock = FakeClock()
+    script = Script(_rate_limited("42"), _rate_limited("299.5"))
+    assert _run_on(clock, script, _policy(backoff_initial_s=0.0)) == "done"
+    assert script.waits == [42.0, 299.5] and clock.now == 341.5
+
+
+def test_the_cap_and_budget_are_config_keys_of_the_rollout_client_and_the_judge():
+    judge = JudgeOptions(base_url="http://127.0.0.1:9/v1", model="j", retry_after_max_s=5)
+    assert RetryPolicy.of(judge).retry_after(1e9) == 5.0
+    assert RetryPolicy.of(judge).budget_s == 1800.0
+    rollout = RetryPolicy.of(Rollout(retry_after_max_s=0, retry_budget_s=60))
+    assert (rollout.retry_after(30.0), rollout.budget_s) == (0.0, 60.0)
+    clock = FakeClock()
+    script = Script(*[_rate_limited("999999999")] * 100)
+    with pytest.raises(AttemptError):
+        _run_on(clock, script, _policy(retry_after_max_s=20, retry_budget_s=60))
+    assert clock.now <= 60.0 and all(w <= 20.0 * 1.5 for w in script.waits)

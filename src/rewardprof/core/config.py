@@ -114,8 +114,6 @@ class Rollout(StrictModel, RetryOptions):
     """Most characters a completion may have per token of sampling.max_tokens; a longer one
     (and a reply body larger than such completions need) is an engine_error `reply_too_large`,
     stopped while reading."""
-    retry_budget_s: PositiveFloat = 1800
-    """Most time one request may spend retrying, in total."""
     endpoint_down_s: PositiveFloat = 60.0
     """Stop the rollout job, with the last error on one line, once every request has failed
     with a connection error for this long (the endpoint is gone; a rerun continues)."""

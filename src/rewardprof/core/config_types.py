@@ -10,7 +10,15 @@ import re
 import urllib.parse
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+)
 
 
 class StrictModel(BaseModel):
@@ -70,5 +78,14 @@ class RetryOptions(BaseModel):
         1.0, description="First retry delay; doubles per attempt, with jitter."
     )
     backoff_max_s: NonNegativeFloat = Field(
-        60.0, description="Longest retry delay (a longer Retry-After is still honoured)."
+        60.0, description="Longest backoff delay (a longer Retry-After is still honoured)."
+    )
+    retry_after_max_s: NonNegativeFloat = Field(
+        300.0,
+        description="Longest Retry-After honoured: a server asking for more is waited this long.",
+    )
+    retry_budget_s: PositiveFloat = Field(
+        1800.0,
+        description="Most time one request may spend retrying, in total; a wait that would pass "
+        "it ends the request with its last failure.",
     )

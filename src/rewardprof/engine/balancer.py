@@ -54,6 +54,7 @@ from rewardprof.core.config import Config
 from rewardprof.core.redaction import public_url, redact
 from rewardprof.engine.endpoints import EndpointsFile, health_url, metrics_url, replica_capacity
 from rewardprof.engine.http_retry import AttemptError, read_bounded
+from rewardprof.engine.metrics import RUNNING_GAUGE, WAITING_GAUGE, gauge_sum
 from rewardprof.engine.moves import Ticket, plan_moves
 from rewardprof.engine.sharing import IN, OUT, STALE_MIN_S, ClientLeases, Replica
 
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rewardprof.engine")
 
-WAITING_GAUGE = "vllm:num_requests_waiting"
-RUNNING_GAUGE = "vllm:num_requests_running"
 METRICS_BYTES = 1 << 20  # vLLM's /metrics page is tens of kB; past this it is not read
 CONNECT_FAILED = "connection refused"
 
@@ -95,6 +94,8 @@ class Balancer:
         self.waiters = 0  # requests waiting for a slot (work the job has yet to send)
         self.moves = 0  # requests moved off a queue to a free replica
         self.unlisted_since: float | None = None  # since when no replica has been listed
+        self.sleep = asyncio.sleep  # between health checks (tests drive it)
+        self.watch_errors = 0  # health checks that raised (the watch went on)
         self.set_urls(urls)
 
     # ---- membership --------------------------------------------------------------------------
@@ -280,7 +281,13 @@ class Balancer:
         except (TimeoutError, aiohttp.ClientError, OSError, AttemptError):
             body = b""
         page = body.decode("utf-8", "replace")
-        r.queued, r.running = gauge_sum(page, WAITING_GAUGE), gauge_sum(page, RUNNING_GAUGE)
+        problems: list[str] = []
+        r.queued = gauge_sum(page, WAITING_GAUGE, problems)
+        r.running = gauge_sum(page, RUNNING_GAUGE, problems)
+        problem = "; ".join(problems)[:300] or None
+        if problem is not None and problem != r.metrics_problem:  # once, not every probe
+            log.warning("replica %s: /metrics samples ignored: %s", public_url(r.url), problem)
+        r.metrics_problem = problem
         r.queue_read, r.moved_in, r.moved_out, r.sent_over = True, 0, 0, 0
         r.turn = (self.rank - int(self.wall() // self.interval_s)) % self.jobs
 
@@ -313,11 +320,20 @@ class Balancer:
 
     async def watch(self, session: aiohttp.ClientSession) -> None:
         """Probe at once (the queues: no job starts with a burst past the slots), then every
-        interval until cancelled."""
+        interval until cancelled. A check that raises is logged and the watch goes on: a task
+        that died here would leave replicas out for good and the endpoints file unread."""
         try:
             while True:
-                await self.check_once(session)
-                await asyncio.sleep(self.interval_s)
+                try:
+                    await self.check_once(session)
+                except Exception as exc:  # any failure: logged, then the watch goes on
+                    self.watch_errors += 1
+                    log.warning(
+                        "health watch: a check failed (%s: %s); watching on",
+                        type(exc).__name__,
+                        redact(str(exc))[:300],
+                    )
+                await self.sleep(self.interval_s)
         finally:
             if self.leases is not None:
                 self.leases.release()
@@ -364,20 +380,3 @@ def make_balancer(cfg: Config, endpoint: Endpoint) -> Balancer | None:
         b.set_jobs(leases.renew())
         b.rank = leases.rank
     return b
-
-
-def waiting_sequences(metrics: str) -> int | None:
-    """The sum of vLLM's `vllm:num_requests_waiting` gauges in a Prometheus text page (one per
-    engine or model label set; vLLM counts each of a request's n samples); None if absent."""
-    return gauge_sum(metrics, WAITING_GAUGE)
-
-
-def gauge_sum(metrics: str, gauge: str) -> int | None:
-    """The sum of the `gauge` lines of a Prometheus text page; None if there are none."""
-    total, found = 0.0, False
-    for line in metrics.splitlines():
-        if line.startswith(gauge) and line[len(gauge) : len(gauge) + 1] in "{ ":
-            with contextlib.suppress(ValueError, IndexError):
-                total += float(line.rsplit(None, 1)[1])
-                found = True
-    return int(total) if found else None

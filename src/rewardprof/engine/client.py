@@ -4,11 +4,12 @@ One `complete()` call asks for `n` samples with seed `s` (vLLM gives choice j th
 a rollout's text depends only on its own seed, whichever request it came from). Transient
 errors (connection, timeout, 5xx, 429, a reply that does not validate into the record's types:
 `rewardprof.engine.reply`) are retried with exponential backoff and jitter, honouring
-Retry-After, within `max_attempts` and `retry_budget_s`; deterministic errors (context length,
-other 4xx) fail at once (the retry core: `rewardprof.engine.http_retry`). A reply larger than
-`max_tokens` allows (`rollout.max_chars_per_token`) is `reply_too_large`, found while reading,
-never read whole. A server that returns fewer choices than asked is asked again, at once, for
-the missing ones only.
+Retry-After (up to `retry_after_max_s`), within `max_attempts` and `retry_budget_s`;
+deterministic errors (context length, other 4xx) fail at once (the retry core:
+`rewardprof.engine.http_retry`). A reply larger than `max_tokens` allows
+(`rollout.max_chars_per_token`) is `reply_too_large`, found while reading, never read whole.
+A server that returns fewer choices than asked is asked again, at once, for the missing ones
+only.
 With several replicas (`rewardprof.engine.balancer`) each attempt goes to the least loaded one,
 and a request whose replica died (connection refused or cut) is re-sent at once, same body and
 seed, to another one. While no request gets any answer (`EndpointLiveness`), a request whose
@@ -77,12 +78,7 @@ class ChatClient:
             self.url = bearer_url(self.url)
         self._secret = api_key
         self.settings = settings
-        self.policy = RetryPolicy(
-            settings.max_attempts,
-            settings.backoff_initial_s,
-            settings.backoff_max_s,
-            settings.retry_budget_s,
-        )
+        self.policy = RetryPolicy.of(settings)
         self.rng = rng or random.Random()
         self.failovers = 0  # requests re-sent to another replica after theirs died
 

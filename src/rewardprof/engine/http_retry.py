@@ -5,8 +5,10 @@ What is transient: no response within the timeout, a connection error, HTTP 408,
 and a 200 whose body is not UTF-8 JSON or that a client finds invalid; any other status fails
 at once (`status_error`). The wait before retrying after attempt n is
 min(backoff_max_s, backoff_initial_s * 2^(n-1)) times a jitter in [0.5, 1.5), and never shorter
-than the server's Retry-After (delta-seconds or an HTTP date). A request gives up after
-`max_attempts`, or when the next wait would take it past `budget_s` (`with_retries`).
+than the server's Retry-After (delta-seconds or an HTTP date), which is honoured up to
+`retry_after_max_s`: `Retry-After: 999999999` is a wait of that long, not of 31 years. A request
+gives up after `max_attempts`, or when the next wait would take it past `budget_s`
+(`with_retries`): every wait is bounded, and so is the whole request.
 
 A body is read in chunks and inflated here, never by aiohttp (`client_session` turns its
 decompression off): each compressed chunk is inflated to at most what is left of `max_bytes`, so
@@ -21,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import math
 import random
 import re
 import time
@@ -267,13 +268,29 @@ class RetryPolicy:
     max_attempts: int
     backoff_initial_s: float
     backoff_max_s: float
-    budget_s: float = math.inf  # most time one request may spend, retries included
+    budget_s: float  # most time one request may spend, retries included
+    retry_after_max_s: float  # longest Retry-After honoured
+
+    @classmethod
+    def of(cls, options: Any) -> RetryPolicy:
+        """The policy of a config section with the retry keys (core.config_types.RetryOptions)."""
+        return cls(
+            options.max_attempts,
+            options.backoff_initial_s,
+            options.backoff_max_s,
+            options.retry_budget_s,
+            options.retry_after_max_s,
+        )
+
+    def retry_after(self, asked: float | None) -> float:
+        """What is honoured of a server's Retry-After: at most retry_after_max_s."""
+        return min(asked or 0.0, self.retry_after_max_s)
 
     def delay_s(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
         """The wait after failed attempt `attempt` (1-based)."""
         delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (attempt - 1))
         delay *= rng.uniform(0.5, 1.5)  # jitter: clients that failed together spread out
-        return max(delay, retry_after or 0.0)
+        return max(delay, self.retry_after(retry_after))
 
 
 async def with_retries(
@@ -281,11 +298,13 @@ async def with_retries(
     policy: RetryPolicy,
     rng: random.Random,
     on_retry: Callable[[AttemptError, float], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> T:
     """`await attempt(n)` for n = 1, 2, ... until one returns. An AttemptError is retried while
     it is retryable and attempts and budget last (`on_retry(error, wait)` is told before each
     wait); otherwise it is raised, so the caller sees the last attempt's failure."""
-    started = time.monotonic()
+    started = clock()
     n = 0
     while True:
         n += 1
@@ -299,8 +318,8 @@ async def with_retries(
                     raise
                 continue
             wait = policy.delay_s(n, exc.retry_after, rng)
-            if n >= policy.max_attempts or time.monotonic() - started + wait > policy.budget_s:
+            if n >= policy.max_attempts or clock() - started + wait > policy.budget_s:
                 raise
             if on_retry is not None:
                 on_retry(exc, wait)
-            await asyncio.sleep(wait)
+            await sleep(wait)

@@ -100,6 +100,7 @@ class Replica:
     listed: bool = True  # still in the configured list / endpoints file
     changed_at: float = 0.0
     last_error: str | None = None
+    metrics_problem: str | None = None  # why samples of its last /metrics were ignored
 
     @property
     def chat_url(self) -> str:

@@ -2,7 +2,9 @@
 client with its own session, concurrency limit, retries (`rewardprof.engine.http_retry`) and cache.
 
 A 429 (or another retryable status) with Retry-After pauses every request to the judge for that
-long, not only the refused one: no retry storm. A judge that keeps failing, rejects the request
+long (at most `retry_after_max_s`), not only the refused one: no retry storm. Each judgement
+retries within `max_attempts` and `retry_budget_s`, so no answer of the judge's makes a wait
+without end. A judge that keeps failing, rejects the request
 or replies with no parseable verdict raises JudgeError, which the environment records as a
 `judge_error`, never as a wrong answer. Replies are cached on disk keyed by the request body
 (model, messages, sampling), so a rerun does not pay for the same judgement twice.
@@ -46,9 +48,7 @@ class JudgeClient:
         self.options = options
         self.url = options.base_url.rstrip("/") + "/chat/completions"
         self.model = options.model
-        self.policy = RetryPolicy(
-            options.max_attempts, options.backoff_initial_s, options.backoff_max_s
-        )
+        self.policy = RetryPolicy.of(options)
         self.sampling = {"temperature": options.temperature, "max_tokens": options.max_tokens}
         self.cache_dir = Path(options.cache_dir) if options.cache_dir else None
         self._rng = random.Random()
@@ -96,16 +96,20 @@ class JudgeClient:
         if self._session is None:
             self._session = self._open_session()
         session = self._session
+        made = 0
+
+        async def attempt(n: int) -> str:
+            nonlocal made
+            made = n
+            return await self._attempt(session, body)
+
         try:
-            return await with_retries(
-                lambda _n: self._attempt(session, body), self.policy, self._rng, self._on_retry
-            )
+            return await with_retries(attempt, self.policy, self._rng, self._on_retry)
         except AttemptError as exc:
-            if exc.retry:
-                raise JudgeError(
-                    f"judge failed after {self.policy.max_attempts} attempts: {exc.detail}"
-                ) from None
-            raise JudgeError(f"judge rejected the request: {exc.detail}") from None
+            if not exc.retry:
+                raise JudgeError(f"judge rejected the request: {exc.detail}") from None
+            why = "" if made >= self.policy.max_attempts else " (retry_budget_s ran out)"
+            raise JudgeError(f"judge failed after {made} attempts{why}: {exc.detail}") from None
 
     async def _attempt(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> str:
         wait = self._pause_until - time.monotonic()
@@ -124,8 +128,9 @@ class JudgeClient:
 
     def _on_retry(self, error: AttemptError, wait: float) -> None:
         self.stats["retries"] += 1
-        if error.retry_after is not None:  # the server asked everyone to wait
-            self._pause_until = max(self._pause_until, time.monotonic() + error.retry_after)
+        if error.retry_after is not None:  # the server asked everyone to wait (capped)
+            pause = self.policy.retry_after(error.retry_after)
+            self._pause_until = max(self._pause_until, time.monotonic() + pause)
 
     @staticmethod
     def _content(payload: Any) -> str:

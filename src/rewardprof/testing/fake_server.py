@@ -11,7 +11,7 @@ the way to script exact answers per prompt and to inject the faults a sweep meet
 Faults are consumed one per chat request, in order; an empty queue serves normally. `fault_fn`
 may instead decide per request (return a fault string or None). Fault strings:
 
-    500 | 502 | 503            that HTTP status with a JSON error body
+    500 | 502 | 503[:retry_after=S]  that HTTP status with a JSON error body (and Retry-After)
     429[:retry_after=S]        rate limited, optionally with `Retry-After: S` (seconds)
     429:retry_after_date=S     ... with Retry-After as an HTTP date S seconds from now
     hang[:S]                   no answer for S seconds (default hang_s; cut short by stop())
@@ -269,15 +269,17 @@ class FakeOpenAI(BackgroundServer):
 
     async def _fault(self, fault: str, request: web.Request, body: dict):
         kind, _, arg = fault.partition(":")
+        headers = {}
+        if arg.startswith("retry_after="):
+            headers["Retry-After"] = arg.split("=", 1)[1]
+        elif arg.startswith("retry_after_date="):
+            when = time.time() + float(arg.split("=", 1)[1])
+            headers["Retry-After"] = email.utils.formatdate(when, usegmt=True)
         if kind in ("500", "502", "503"):
-            return web.json_response({"error": {"message": "injected"}}, status=int(kind))
+            return web.json_response(
+                {"error": {"message": "injected"}}, status=int(kind), headers=headers
+            )
         if kind == "429":
-            headers = {}
-            if arg.startswith("retry_after="):
-                headers["Retry-After"] = arg.split("=", 1)[1]
-            elif arg.startswith("retry_after_date="):
-                when = time.time() + float(arg.split("=", 1)[1])
-                headers["Retry-After"] = email.utils.formatdate(when, usegmt=True)
             return web.json_response(
                 {"error": {"message": "rate limited"}}, status=429, headers=headers
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import time
 
 import pytest
@@ -63,6 +64,32 @@ def test_429_until_attempts_run_out_is_a_judge_error():
     (verdict,), _ = run(judged(judge, ["x"], max_attempts=3))
     assert verdict.status == "judge_error" and verdict.reward is None
     assert "after 3 attempts" in verdict.detail and "429" in verdict.detail
+    assert len(judge.requests) == 3
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_without_end_is_capped_and_the_judgement_a_judge_error(status):
+    judge = FakeJudge()
+    judge.script.extend([(status, {"Retry-After": "999999999"}, "come back in 31 years")] * 3)
+    started = time.monotonic()
+    (verdict,), env = run(judged(judge, ["x"], max_attempts=3, retry_after_max_s=0.2))
+    assert verdict.status == "judge_error" and verdict.reward is None
+    assert "after 3 attempts" in verdict.detail and f"HTTP {status}" in verdict.detail
+    assert len(judge.requests) == 3
+    gaps = [b - a for a, b in itertools.pairwise(judge.times)]
+    assert all(gap >= 0.19 for gap in gaps)  # each retry waited the cap
+    assert time.monotonic() - started < 30  # seconds, not years
+    assert env.judge._pause_until - time.monotonic() < 0.2  # no request left paused for long
+
+
+def test_the_retry_budget_ends_a_judgement_before_its_attempts_do():
+    judge = FakeJudge()
+    judge.script.extend([(429, {"Retry-After": "999999999"}, "")] * 10)
+    options = {"max_attempts": 10, "retry_after_max_s": 0.2, "retry_budget_s": 0.5}
+    (verdict,), _ = run(judged(judge, ["x"], **options))
+    assert verdict.status == "judge_error"
+    # waits of 0.2 s: a third would end past 0.5 s, so three attempts, then the budget says no
+    assert "after 3 attempts (retry_budget_s ran out)" in verdict.detail
     assert len(judge.requests) == 3
 
 
