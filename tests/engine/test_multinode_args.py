@@ -46,7 +46,17 @@ def test_generated_multinode_lines_parse_with_the_installed_vllm():
         )
     )
     nodes = ["gpu01", "gpu02", "gpu03", "gpu04"]
-    replicas = plan(cfg, python, "my/model", "rp-token", nodes, lambda n: f"10.0.0.{n[-1]}")
+    asked = []  # the nodes asked for free ports: each replica's head (ports_on runs srun there)
+    free = iter(range(30000, 30010))
+
+    def ports(node):
+        asked.append(node)
+        return next(free), next(free)
+
+    replicas = plan(
+        cfg, python, "my/model", "rp-token", nodes, lambda n: f"10.0.0.{n[-1]}", ports=ports
+    )
+    assert asked == ["gpu01", "gpu03"]
     steps = [s for r in replicas for s in r.steps]
     assert [(s.replica, s.node, s.rank) for s in steps] == [
         (0, "gpu01", 0), (0, "gpu02", 1), (1, "gpu03", 0), (1, "gpu04", 1)
@@ -74,7 +84,7 @@ def test_generated_multinode_lines_parse_with_the_installed_vllm():
         assert got["headless"] is (step.rank > 0)
         assert got["port"] == rep_port
     masters = {(s.replica, got["master_port"]) for s, got in zip(steps, parsed, strict=False)}
-    assert len(masters) == 2  # one master port per replica, shared by its nodes
+    assert masters == {(0, 30001), (1, 30003)}  # its head's, shared by the replica's nodes
 
 
 def test_the_launcher_runs_vllms_cli_on_the_installed_engine():

@@ -111,6 +111,9 @@ def _check_served(work: Path) -> str:
         == worker_argv[worker_argv.index("--master-port") + 1]
     )
     log = _read(work / "engine.log")
+    # both ports found free on the head node itself (a job step there), as the lines use them
+    api, master = (head_argv[head_argv.index(flag) + 1] for flag in ("--port", "--master-port"))
+    assert f"ports {api} (API) and {master} (master) free on its head {steps[0][0]}" in log, log
     # the worker joined before the head served: the head's /health waited for it
     assert "node rank 1 joined" in log, log
     assert f"on {steps[1][0]} joined" in log, log

