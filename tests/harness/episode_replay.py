@@ -10,6 +10,7 @@ import json
 from rewardprof.environments.acting import ToolCall
 from rewardprof.environments.base import extract_messages
 from rewardprof.environments.episode import ChatReply
+from tests.harness.nemo_gym_rows import rows
 
 
 def recorded_turns(output: list[dict]) -> tuple[list[ChatReply], dict[str, str]]:
@@ -39,6 +40,27 @@ def recorded_turns(output: list[dict]) -> tuple[list[ChatReply], dict[str, str]]
 
 def last_user(messages: list[dict]) -> str:
     return [m for m in messages if m["role"] == "user"][-1]["content"]
+
+
+def scripted(turns: list[ChatReply], seeds: list[int]):
+    """A chat function serving `turns` in order (and noting the seed each turn was asked with)."""
+    queue = list(turns)
+
+    async def chat(messages, tools, seed):
+        seeds.append(seed)
+        return queue.pop(0)
+
+    return chat
+
+
+def matched_cases(env: str) -> list[tuple[dict, dict]]:
+    """Each recorded rollout of `env` with its task row, matched on the user's question (the
+    recorded rows lack the expected answers)."""
+    tasks = {last_user(extract_messages(r)): r for r in rows(env, "example.jsonl")}
+    return [
+        (tasks[last_user(extract_messages(rec))], rec)
+        for rec in rows(env, "example_rollouts.jsonl")
+    ]
 
 
 class ReplayEngine:
@@ -79,3 +101,23 @@ def derived_counter_rows(records: list[dict]) -> list[dict]:
         task = {k: v for k, v in record.items() if k != "response"}
         out.append({**task, "initial_count": final - added, "expected_count": final})
     return out
+
+
+# math_with_code's recordings come from an older resource server than the 0.7.0 app.py that
+# rewardprof follows (tests/functional/environments/test_math_with_code.py explains each pin):
+# per recorded rollout, the indices of its calls whose output differs, and the 0.7.0 rewards
+MATH_WITH_CODE_DIFFERS = {3: [5], 4: [3, 4, 5, 6, 9, 15, 16, 17]}
+MATH_WITH_CODE_REWARDS = [1.0, 0.0, 0.0, 0.0, 1.0]
+PYTHON_TOOL_FIELDS = ("stdout", "stderr", "result")
+
+
+def differing_outputs(calls: list[tuple[str, str]], recorded: dict[str, str]) -> list[int]:
+    """Indices of the (call id, output) pairs whose Python tool answer differs from the
+    recorded one in stdout, stderr or result (the recording's answers have no other fields)."""
+    return [
+        i
+        for i, (call_id, output) in enumerate(calls)
+        if any(
+            json.loads(output)[f] != json.loads(recorded[call_id])[f] for f in PYTHON_TOOL_FIELDS
+        )
+    ]

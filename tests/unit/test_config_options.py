@@ -24,6 +24,7 @@ MISTYPED = {
     "example_multi_step": ("max_steps", "several"),
     "example_session_state_mgmt": ("max_total_tokens", -5),
     "xlam_fc": ("max_tool_output_chars", "long"),
+    "math_with_code": ("max_cells", "plenty"),
     "single_step_tool_use_with_argument_comparison": ("word_count_similarity_threshold", "x"),
 }
 

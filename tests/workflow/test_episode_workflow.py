@@ -15,7 +15,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from harness import shardkit as kit
-from harness.episode_replay import ReplayEngine, derived_counter_rows, last_user
+from harness.episode_replay import (
+    MATH_WITH_CODE_DIFFERS,
+    MATH_WITH_CODE_REWARDS,
+    ReplayEngine,
+    derived_counter_rows,
+    differing_outputs,
+    last_user,
+    recorded_turns,
+)
 from harness.nemo_gym_rows import rows, task_row
 from helpers import WITHOUT_EXPORT, endpoint_config, snakemake, write_config, write_jsonl
 
@@ -27,6 +35,7 @@ pytestmark = pytest.mark.workflow
 ACTING = ("example_multi_step", "example_session_state_mgmt", "xlam_fc")
 # one turn judged as its action; its recordings are its task rows (they carry expected_action)
 SINGLE_STEP = "single_step_tool_use_with_argument_comparison"
+MATH_WITH_CODE = "math_with_code"  # its Python tool runs for real, in the sandbox
 
 
 def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
@@ -47,6 +56,18 @@ def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
         entries.append(
             {"label": env, "environment": env, "source": f"data/{env}.jsonl", "num_repeats": 2}
         )
+    records = rows(MATH_WITH_CODE, "example_rollouts.jsonl")
+    recordings += records
+    write_jsonl(tmp_path / "data" / "mwc.jsonl", rows(MATH_WITH_CODE, "example.jsonl"))
+    entries.append(
+        {
+            "label": MATH_WITH_CODE,
+            "environment": MATH_WITH_CODE,
+            "source": "data/mwc.jsonl",
+            "num_repeats": 1,
+            "options": {"max_steps": 40},  # the recordings ran longer than NeMo Gym's 3
+        }
+    )
     return entries, recordings
 
 
@@ -85,14 +106,31 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
         s["label"]: s for s in json.loads((run / "profile/summary.json").read_text())["labels"]
     }
     assert summary["m"]["steps_histogram"] is None
-    for label in (*ACTING, SINGLE_STEP):
+    for label in (*ACTING, SINGLE_STEP, MATH_WITH_CODE):
         hist = summary[label]["steps_histogram"]
         turns = [
             json.loads(e)["episode"]["steps"]
             for e in rollouts.loc[rollouts["label"] == label, "extras"]
         ]
         assert hist == {str(k): turns.count(k) for k in set(turns)}, label
+    _assert_math_with_code_as_pinned(rollouts, tasks)
     _assert_check_knows_episodes(run, rollouts)
+
+
+def _assert_math_with_code_as_pinned(rollouts, tasks) -> None:
+    """The Python tool's outputs and the rewards as the recordings, with their pinned
+    differences (tests/harness/episode_replay.py)."""
+    records = rows(MATH_WITH_CODE, "example_rollouts.jsonl")
+    which = {last_user(extract_messages(r)): k for k, r in enumerate(records)}
+    done = rollouts[rollouts["label"] == MATH_WITH_CODE]
+    assert len(done) == 5 and set(done["status"]) == {"ok"}
+    for rec in done.itertuples():
+        k = which[last_user(extract_messages(json.loads(tasks.loc[rec.task_index, "row"])))]
+        assert rec.reward == MATH_WITH_CODE_REWARDS[k], k
+        _, outputs = recorded_turns(records[k]["response"]["output"])
+        trajectory = json.loads(rec.extras)["trajectory"]
+        ran = [(m["tool_call_id"], m["content"]) for m in trajectory if m["role"] == "tool"]
+        assert differing_outputs(ran, outputs) == MATH_WITH_CODE_DIFFERS.get(k, []), k
 
 
 def _assert_check_knows_episodes(run, rollouts) -> None:
@@ -103,7 +141,7 @@ def _assert_check_knows_episodes(run, rollouts) -> None:
         capture_output=True,
         text=True,
     )
-    assert ok.returncode == 0 and f"({15 * 2 + 5 * 2} episodes)" in ok.stdout, ok.stdout
+    assert ok.returncode == 0 and f"({15 * 2 + 5 * 2 + 5} episodes)" in ok.stdout, ok.stdout
     part = next(  # the merged dataset's file that holds an xlam_fc episode with a call
         f
         for f in sorted((run / "rollouts.parquet").rglob("*.parquet"))

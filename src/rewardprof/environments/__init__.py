@@ -41,6 +41,7 @@ BUILTIN: dict[str, str] = {
         "rewardprof.environments.nemo_session_counter:SessionCounterEnvironment"
     ),
     "xlam_fc": "rewardprof.environments.nemo_xlam_fc:XlamFcEnvironment",
+    "math_with_code": "rewardprof.environments.nemo_math_with_code:MathWithCodeEnvironment",
     "single_step_tool_use_with_argument_comparison": (
         "rewardprof.environments.nemo_single_step:SingleStepToolUseEnvironment"
     ),

@@ -146,6 +146,11 @@ class ActingEnvironment(Environment[OptionsT]):
             o.max_steps, o.max_total_tokens, o.max_tool_output_chars, o.max_trajectory_chars
         )
 
+    def call_timeout_s(self) -> float | None:
+        """The hard limit of one tool call in the verification pool (None: the rollout's
+        verify_timeout_s); a tool with its own longer clock says so here."""
+        return None
+
     def tool_choice(self, row: dict[str, Any]) -> str:
         """The row's own responses_create_params.tool_choice when it names a mode, else the
         entry's option (NeMo Gym sends the row's create parameters with every turn)."""

@@ -88,7 +88,9 @@ async def _one_call(
         detail = json.dumps({"detail": "arguments are not a JSON object"})
         return ToolResult(call, detail, "bad_arguments"), state
     try:
-        output, new_state = await ctx.run_in_pool(env.call, call.name, arguments, state)
+        output, new_state = await ctx.run_in_pool(
+            env.call, call.name, arguments, state, timeout_s=env.call_timeout_s()
+        )
     except KeyError:
         return ToolResult(call, NOT_FOUND_OUTPUT, "unknown_tool"), state
     except (ValueError, TypeError) as exc:

@@ -67,6 +67,9 @@ class Limits:
     isolate: bool = True  # the fallback's network + mount namespaces when root
     sandbox: str = "auto"  # auto | bubblewrap | launcher
     python: str | None = None  # interpreter for the program; default: this one's base
+    # directories the program may import from, read-only (a tool's numpy): bound at their own
+    # paths by bubblewrap; the launcher leaves the filesystem as it is
+    packages: tuple[str, ...] = ()
 
 
 @dataclass
@@ -252,7 +255,9 @@ def run_program(
         argv = [python, "-I", "-c", source, json.dumps({**config, "program": program_path})]
     env = _program_env(scratch)
     try:
-        wrapper, launcher_python, cwd = box.command(python, workdir, limits.scratch_mb << 20)
+        wrapper, launcher_python, cwd = box.command(
+            python, workdir, limits.scratch_mb << 20, tuple(limits.packages)
+        )
         cgroup = MemoryCgroup.create(limits.memory_mb)
     except BaseException:
         for fd in pass_fds:

@@ -56,8 +56,24 @@ def _interpreter_binds(python: str) -> list[str]:
     return args
 
 
+def _package_binds(packages: tuple[str, ...]) -> list[str]:
+    """Each directory read-only at its own path, its parents traversable."""
+    args: list[str] = []
+    for path in packages:
+        real = os.path.realpath(path)
+        for d in _ancestors(real + "/x"):
+            if not d.startswith("/usr/") and d != "/usr":
+                args += ["--perms", "0755", "--dir", d]
+        args += ["--ro-bind", real, real]
+    return args
+
+
 def bwrap_argv(
-    python: str, program_file: Path, scratch_bytes: int, command: list[str]
+    python: str,
+    program_file: Path,
+    scratch_bytes: int,
+    command: list[str],
+    packages: tuple[str, ...] = (),
 ) -> list[str]:
     """The full command: `bwrap <view and namespaces> <command>`."""
     bwrap = bwrap_path()
@@ -97,6 +113,7 @@ def bwrap_argv(
         if os.path.isdir(hidden) and not exe_prefix.startswith(hidden):
             args += ["--tmpfs", hidden]
     args += _interpreter_binds(python)
+    args += _package_binds(packages)
     args += ["--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "0755", "--dir", str(Path(SANDBOX_PROGRAM).parent)]
     args += ["--ro-bind", str(program_file), SANDBOX_PROGRAM]

@@ -76,7 +76,9 @@ class Sandbox(Protocol):
         """The launcher's `contain` (its own namespaces) and `pid_namespace` settings."""
         ...
 
-    def command(self, python: str, workdir: Path, scratch_bytes: int) -> tuple[list[str], str, str]:
+    def command(
+        self, python: str, workdir: Path, scratch_bytes: int, packages: tuple[str, ...] = ()
+    ) -> tuple[list[str], str, str]:
         """What wraps the launcher (bwrap's argv, or nothing), the launcher's interpreter and
         the cwd. Built before any file descriptor of the run is opened: it may raise."""
         ...
@@ -99,8 +101,11 @@ class BwrapSandbox:
     def launcher_options(self, isolate: bool) -> dict[str, bool]:
         return {"contain": False, "pid_namespace": True}
 
-    def command(self, python: str, workdir: Path, scratch_bytes: int) -> tuple[list[str], str, str]:
-        return bwrap_argv(python, workdir / "main.py", scratch_bytes, []), python, str(workdir)
+    def command(
+        self, python: str, workdir: Path, scratch_bytes: int, packages: tuple[str, ...] = ()
+    ) -> tuple[list[str], str, str]:
+        argv = bwrap_argv(python, workdir / "main.py", scratch_bytes, [], packages)
+        return argv, python, str(workdir)
 
     def after(self, uid: int, proc: subprocess.Popen | None) -> None:
         """Nothing: what the program left died with bwrap's PID namespace."""
@@ -127,7 +132,9 @@ class FallbackSandbox:
     def launcher_options(self, isolate: bool) -> dict[str, bool]:
         return {"contain": isolate, "pid_namespace": isolate}
 
-    def command(self, python: str, workdir: Path, scratch_bytes: int) -> tuple[list[str], str, str]:
+    def command(
+        self, python: str, workdir: Path, scratch_bytes: int, packages: tuple[str, ...] = ()
+    ) -> tuple[list[str], str, str]:
         return [], sys.executable, self.scratch
 
     def after(self, uid: int, proc: subprocess.Popen | None) -> None:

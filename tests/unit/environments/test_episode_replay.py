@@ -12,32 +12,13 @@ import pytest
 from rewardprof.environments import make_environment
 from rewardprof.environments.base import VerifyContext
 from rewardprof.environments.episode import ChatReply, run_episode
-from tests.harness.episode_replay import derived_counter_rows, recorded_turns
+from tests.harness.episode_replay import (
+    derived_counter_rows,
+    matched_cases,
+    recorded_turns,
+    scripted,
+)
 from tests.harness.nemo_gym_rows import rows, task_row
-
-
-def scripted(turns: list[ChatReply], seeds: list[int]):
-    """A chat function serving `turns` in order (and noting the seed each turn was asked with)."""
-    queue = list(turns)
-
-    async def chat(messages, tools, seed):
-        seeds.append(seed)
-        return queue.pop(0)
-
-    return chat
-
-
-def _last_user(record: dict) -> str:
-    return [m for m in record["responses_create_params"]["input"] if m["role"] == "user"][-1][
-        "content"
-    ]
-
-
-def matched_cases(env: str) -> list[tuple[dict, dict]]:
-    """Each recorded rollout with its task row, matched on the user's question (the recorded
-    rows lack the expected answers)."""
-    tasks = {_last_user(r): r for r in rows(env, "example.jsonl")}
-    return [(tasks[_last_user(rec)], rec) for rec in rows(env, "example_rollouts.jsonl")]
 
 
 def session_cases() -> list[tuple[dict, dict]]:
