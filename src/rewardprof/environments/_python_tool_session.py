@@ -39,9 +39,9 @@ def _namespace():
     sandbox's process and memory limits hold)."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
-    import numpy as np
-    import pandas as pd
-    import scipy
+    import numpy as np  # lazy: after the thread settings above
+    import pandas as pd  # lazy: after the thread settings above
+    import scipy  # lazy: after the thread settings above
 
     builtins = {
         "print": print,
