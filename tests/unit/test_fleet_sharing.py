@@ -23,15 +23,13 @@ from rewardprof.testing.sim_batching import BatchModel, LengthModel
 URL, SLOTS, N, INTERVAL = "http://10.0.0.1:8000/v1", 64, 8, 2.0
 
 
-def share_one_replica(jobs: int, counted_as: int | None = None, horizon: float = 3000.0):
-    """(peak waiting, slot utilization, requests answered per job) of `jobs` jobs, each told
-    that `counted_as` jobs share the fleet (default: the truth)."""
+def share_one_replica(jobs: int, stagger: float = 0.0, sharing: bool = True, horizon=3000.0):
+    """(peak waiting, slot utilization, requests answered per job) of `jobs` jobs, job j
+    starting at j x `stagger` s and counting the jobs started by then (its leases); without
+    `sharing`, each job counts itself alone and never reads the gauges."""
     model = BatchModel(SLOTS, 0.03, 0.0005)
     lengths = LengthModel(400, 1.0)
     balancers = [Balancer([URL], capacity=SLOTS, admission=3.0) for _ in range(jobs)]
-    for rank, b in enumerate(balancers):
-        b.set_jobs(counted_as or jobs)
-        b.rank = rank % b.jobs
     left, owner, answered, ids = {}, {}, [0] * jobs, iter(range(10**9))
 
     def send(j: int, now: float) -> None:
@@ -41,14 +39,29 @@ def share_one_replica(jobs: int, counted_as: int | None = None, horizon: float =
             model.submit(now, [((rid, k), lengths.length(f"p{rid}", k)) for k in range(N)])
             left[rid], owner[rid] = N, j
 
-    reads = [(j * INTERVAL / jobs, j) for j in range(jobs)]  # each job reads at its own moment
-    heapq.heapify(reads)
-    for j in range(jobs):
-        send(j, 0.0)
+    def read(j: int, now: float) -> None:  # what check_once does: leases, then /metrics
+        b = balancers[j]
+        if not sharing:
+            return
+        b.set_jobs(sum(k * stagger <= now for k in range(jobs)))
+        b.rank = j
+        r = b.replicas[URL]
+        r.queued, r.running, r.queue_read, r.sent_over, r.sent_since = (
+            model.waiting,
+            model.running,
+            True,
+            0,
+            0,
+        )
+        r.turn = (b.rank - int(now // INTERVAL)) % b.jobs
+
+    # job j starts at j x stagger and reads at once, then every INTERVAL at its own moment
+    events = [(j * stagger, j) for j in range(jobs)]
+    heapq.heapify(events)
     now = 0.0
     while now < horizon:
         nxt = model.next_event()
-        now = reads[0][0] if nxt is None or reads[0][0] <= nxt else nxt
+        now = events[0][0] if nxt is None or events[0][0] <= nxt else nxt
         model.advance(now)
         for rid, _ in model.drain():
             left[rid] -= 1
@@ -57,28 +70,28 @@ def share_one_replica(jobs: int, counted_as: int | None = None, horizon: float =
                 balancers[j].release(balancers[j].replicas[URL], N)
                 answered[j] += 1
                 send(j, now)
-        if reads[0][0] <= now:
-            _, j = heapq.heappop(reads)
-            b = balancers[j]
-            r = b.replicas[URL]  # what read_queue sets from the replica's /metrics
-            r.queued, r.running, r.queue_read, r.sent_over = model.waiting, model.running, True, 0
-            r.turn = (b.rank - int(now // INTERVAL)) % b.jobs
+        if events[0][0] <= now:
+            _, j = heapq.heappop(events)
+            read(j, now)
             send(j, now)
-            heapq.heappush(reads, (now + INTERVAL, j))
+            heapq.heappush(events, (now + INTERVAL, j))
     assert model.aborted_sequences == 0  # nothing cancelled: no running sequence lost
     return model.peak_waiting, model.busy_slot_s / (SLOTS * model.now), answered
 
 
 @pytest.mark.parametrize("jobs", [1, 4, 16])
-def test_waiting_sequences_stay_within_the_capacity_whatever_the_number_of_jobs(jobs):
-    peak_waiting, utilization, answered = share_one_replica(jobs)
+@pytest.mark.parametrize("stagger", [0.0, 0.7])
+def test_waiting_sequences_stay_within_the_capacity_whatever_the_number_of_jobs(jobs, stagger):
+    """stagger 0.7 s: jobs starting one after another, each counting only those started before
+    it (a lease not there yet), the first ones sending as if alone."""
+    peak_waiting, utilization, answered = share_one_replica(jobs, stagger)
     assert peak_waiting <= SLOTS
     assert utilization >= 0.93
     assert min(answered) >= 0.5 * sum(answered) / jobs  # every job served, none starved
 
 
 def test_jobs_each_counting_themselves_alone_pile_up_a_queue():
-    peak_waiting, _, _ = share_one_replica(16, counted_as=1)
+    peak_waiting, _, _ = share_one_replica(16, sharing=False)
     assert peak_waiting == 16 * SLOTS - SLOTS  # each sends a full replica's slots: 960 wait
 
 

@@ -288,7 +288,7 @@ class Balancer:
         if problem is not None and problem != r.metrics_problem:  # once, not every probe
             log.warning("replica %s: /metrics samples ignored: %s", public_url(r.url), problem)
         r.metrics_problem = problem
-        r.queue_read, r.moved_in, r.moved_out, r.sent_over = True, 0, 0, 0
+        r.queue_read, r.moved_in, r.moved_out, r.sent_over, r.sent_since = True, 0, 0, 0, 0
         r.turn = (self.rank - int(self.wall() // self.interval_s)) % self.jobs
 
     async def check_once(self, session: aiohttp.ClientSession) -> None:

@@ -86,6 +86,7 @@ class Replica:
     jobs: int = 1  # jobs sharing it (engine/sharing.py)
     in_flight: int = 0  # sequences
     sent_over: int = 0  # sequences sent past `base` since its /metrics were read
+    sent_since: int = 0  # sequences sent since then
     turn: int = 0  # this job's place in the turns to send past the base (engine/sharing.py)
     queued: int | None = None  # sequences waiting on it, all clients (its /metrics; None: unknown)
     queue_read: bool = False  # /metrics read once: until then no more than its capacity
@@ -112,13 +113,18 @@ class Replica:
     def admits(self, weight: int) -> bool:
         """Whether a request of `weight` sequences may go to it now (module doc)."""
         total = self.in_flight + weight
+        queued = max(0, (self.queued or 0) - self.moved_out)
         if total <= self.base or (self.in_flight == 0 and self.jobs == 1):
-            return True  # its share of the slots; alone, an idle replica takes any request
+            # its share of the slots (alone, an idle replica takes any request), unless the
+            # replica already holds a full queue: a job that started alone and sent before the
+            # others' leases showed is over its share until that drains
+            if not self.queue_read or self.running is None:
+                return True
+            return self.running + queued + self.sent_since + weight <= 2 * self.capacity
         if not self.queue_read:  # its queue unknown yet (read at once when the job starts)
             return False
         if self.in_flight and total > max(self.cap, 2 * weight):
             return False
-        queued = max(0, (self.queued or 0) - self.moved_out)
         if queue_room(queued, self.sent_over, weight, self.capacity, self.jobs, self.turn):
             return True
         # a request too large for any room (over half the slots): on an empty queue, in turn
@@ -132,6 +138,7 @@ class Replica:
     def sent(self, weight: int) -> None:
         """`weight` sequences went to it (counted past the base: engine/sharing.py)."""
         self.sent_over += max(0, min(weight, self.in_flight + weight - self.base))
+        self.sent_since += weight
         self.in_flight += weight
 
 
