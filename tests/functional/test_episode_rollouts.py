@@ -15,12 +15,13 @@ import numpy as np
 import pyarrow.parquet as pq
 from harness import shardkit as kit
 
+from rewardprof.engine.session import Endpoint
 from rewardprof.environments.episode import turn_seed
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
 from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.rollout.seeds import task_seed
-from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
 from tests.harness.nemo_gym_rows import DATA
@@ -199,3 +200,42 @@ def test_the_profile_says_what_each_tasks_episodes_did(tmp_path):
     # every counter episode took 3 turns: the summary's histogram for the report's plot
     n_counter = int(counter.sum()) * 3
     assert steps_histograms(episodes) == {"counter": {"3": n_counter}}
+
+
+def test_every_turn_of_an_episode_goes_to_the_replica_of_its_first(tmp_path):
+    """Two replicas, 20 counter episodes of 3 turns: each episode's turns on one replica (its
+    prefix cache), the episodes spread over both."""
+    with (
+        FakeOpenAI(kit.answer, tool_calls=counter_policy) as a,
+        FakeOpenAI(kit.answer, tool_calls=counter_policy) as b,
+    ):
+        cfg, tasks = blend(tmp_path, a.base_url, num_repeats=4)
+        data = cfg.model_dump(mode="json", exclude_unset=True)
+        data["engine"]["replica_capacity"] = 2
+        cfg = validate_config(data, origin="test")
+        out = tmp_path / "out.parquet"
+        urls = (a.base_url, b.base_url)
+        fleet = Endpoint(urls[0], cfg.model_name, None, identity="endpoint:two", urls=urls)
+        run_shard(
+            ShardJob(cfg, tasks, tmp_path / "journal", out, "0-of-1"),
+            EngineOpener.running(fleet),
+        )
+        served = {"a": list(a.requests), "b": list(b.requests)}
+    recs = pq.read_table(out).to_pandas()
+    counter = recs[recs["label"] == "counter"]
+    assert len(counter) == 20 and set(counter["status"]) == {"ok"}
+    where = {}  # (user message, turn seed) -> replica
+    for name, bodies in served.items():
+        for body in bodies:
+            if body.get("tools"):
+                user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+                where[(user, body["seed"])] = name
+    used = set()
+    table = pq.read_table(tasks).to_pandas().set_index("task_index")
+    for rec in counter.itertuples():
+        user = json.loads(table.loc[rec.task_index, "row"])["responses_create_params"]["input"]
+        user = [m["content"] for m in user if m["role"] == "user"][-1]
+        turns = {where[(user, turn_seed(rec.seed, k))] for k in range(3)}
+        assert len(turns) == 1, (rec.task_index, rec.rollout_index, turns)
+        used |= turns
+    assert used == {"a", "b"}

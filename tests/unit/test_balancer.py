@@ -405,3 +405,16 @@ def test_a_nan_gauge_no_longer_stops_the_watch():
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(b.watch(_Page("vllm:num_requests_waiting NaN\n")))
     assert b.watch_errors == 0 and b.replicas[A].queue_read  # read, nothing raised
+
+
+def test_an_episode_turn_waits_for_its_replica_while_it_is_in_and_fails_over_when_not():
+    b = Balancer([A, B], capacity=2)
+    b.replicas[A].in_flight = 1  # A busier: a fresh request goes to B
+    assert b.pick(1).url == B
+    assert b.pick(1, prefer=A).url == A  # the episode's replica, though busier
+    b.replicas[A].in_flight = 2
+    assert b.pick(1, prefer=A) is None  # full: wait for it, not for a cold replica
+    b.release(b.replicas[A], 1, "ServerDisconnectedError", dead=True)
+    assert b.pick(1, prefer=A).url == B  # out: fail over like any request
+    b.set_urls([B])
+    assert b.pick(1, prefer=A).url == B  # unlisted: likewise

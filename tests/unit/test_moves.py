@@ -74,3 +74,15 @@ def test_unknown_gauges_or_a_replica_out_move_nothing():
     b.replicas[B].running = None  # never read
     b.take_out(b.replicas[C], "gone")
     assert b.rebalance() == 0
+
+
+def test_a_turn_of_an_episode_is_not_moved():
+    """Its replica's prefix cache holds the episode so far: waiting there beats a cold start."""
+    b = _fleet({A: (4, 3), B: (1, 0)})
+    r = b.replicas[A]
+    r.in_flight += 3
+    pinned = [b.track(r, 1, pinned=True) for _ in range(3)]
+    assert b.rebalance() == 0 and all(t.replica is r for t in pinned)
+    movable = _send(b, A, 1)  # a single-turn request in the same queue still moves
+    _read(b, {A: (4, 4), B: (1, 0)})
+    assert b.rebalance() == 1 and movable[0].replica is b.replicas[B]

@@ -92,7 +92,8 @@ def test_every_turn_sends_the_tool_choice_the_row_or_the_entry_asks_for():
     sent = []
 
     class Client:  # what engine_chat asks of the shard's ChatClient
-        async def complete(self, body):
+        async def complete(self, body, affinity=None):
+            assert affinity is not None  # every turn carries its episode's affinity
             sent.append(body)
             return ChatResult([Choice(0, "", "tool_calls", 5, tool_calls=(("c0", "f", "{}"),))])
 

@@ -148,8 +148,13 @@ class Balancer:
         return any(r.state == IN and r is not besides for r in self.listed())
 
     # ---- choosing ----------------------------------------------------------------------------
-    def pick(self, weight: int) -> Replica | None:
-        """The replica for a request of `weight` sequences now, or None (wait for a slot)."""
+    def pick(self, weight: int, prefer: str | None = None) -> Replica | None:
+        """The replica for a request of `weight` sequences now, or None (wait for a slot).
+        `prefer`: a replica that answered the request's earlier turns (its prefix cache holds
+        them): while it is in, the request waits for it rather than going elsewhere."""
+        preferred = self.replicas.get(prefer) if prefer is not None else None
+        if preferred is not None and preferred.listed and preferred.state == IN:
+            return preferred if preferred.admits(weight) else None
         live = [r for r in self.listed() if r.state == IN]
         if live:
             fits = [r for r in live if r.admits(weight)]
@@ -183,21 +188,22 @@ class Balancer:
 
         asyncio.ensure_future(wake())
 
-    async def acquire(self, weight: int = 1) -> Replica:
+    async def acquire(self, weight: int = 1, prefer: str | None = None) -> Replica:
         cond = self._condition()
         async with cond:
             self.waiters += 1
             try:
-                while (r := self.pick(weight)) is None:
+                while (r := self.pick(weight, prefer)) is None:
                     await cond.wait()
             finally:
                 self.waiters -= 1
             r.sent(weight)
             return r
 
-    def track(self, r: Replica, weight: int) -> Ticket:
-        """A request acquired on `r`, that a move may send elsewhere (until `untrack`)."""
-        ticket = Ticket(r, weight)
+    def track(self, r: Replica, weight: int, pinned: bool = False) -> Ticket:
+        """A request acquired on `r`, that a move may send elsewhere (until `untrack`) unless
+        `pinned` (a turn of an episode)."""
+        ticket = Ticket(r, weight, pinned=pinned)
         r.tickets.append(ticket)
         return ticket
 

@@ -54,6 +54,13 @@ class ChatResult:
     detail: str | None = None
 
 
+@dataclass
+class Affinity:
+    """The replica an episode's turns go to (None until its first turn is answered)."""
+
+    url: str | None = None
+
+
 class ChatClient:
     def __init__(
         self,
@@ -82,12 +89,16 @@ class ChatClient:
         self.rng = rng or random.Random()
         self.failovers = 0  # requests re-sent to another replica after theirs died
 
-    async def _post(self, body: dict[str, Any], max_bytes: int) -> Any:
+    async def _post(
+        self, body: dict[str, Any], max_bytes: int, affinity: Affinity | None = None
+    ) -> Any:
         if self.balancer is None:
             return await self._post_to(self.url, body, max_bytes)
         weight = int(body.get("n", 1))
         for _ in range(len(self.balancer.replicas) + 1):
-            ticket = self.balancer.track(await self.balancer.acquire(weight), weight)
+            prefer = affinity.url if affinity is not None else None
+            replica = await self.balancer.acquire(weight, prefer)
+            ticket = self.balancer.track(replica, weight, pinned=affinity is not None)
             try:
                 payload = await self._post_following(ticket, body, max_bytes)
             except AttemptError as exc:
@@ -106,6 +117,8 @@ class ChatClient:
             finally:
                 self.balancer.untrack(ticket)
             self.balancer.release(ticket.replica, weight)
+            if affinity is not None:  # the next turn goes where this one is cached
+                affinity.url = ticket.replica.url
             return payload
         raise AttemptError(  # every replica failed this one request in turn
             FailureKind.CONNECTION_ERROR, "every replica cut the connection", True
@@ -142,9 +155,11 @@ class ChatClient:
             max_bytes=max_bytes,
         )
 
-    async def complete(self, body: dict[str, Any]) -> ChatResult:
+    async def complete(self, body: dict[str, Any], affinity: Affinity | None = None) -> ChatResult:
         """Ask for body['n'] samples; return every choice received, plus a failure if some
-        never arrived. Choice indices refer to the original request (seed + index)."""
+        never arrived. Choice indices refer to the original request (seed + index). With
+        `affinity` (one per episode), a fleet sends every turn to the replica that answered
+        the one before, while it is in (failover as for any request)."""
         n = int(body.get("n", 1))
         base_seed = body.get("seed")
         pending = list(range(n))  # original indices still missing
@@ -161,7 +176,7 @@ class ChatClient:
             if base_seed is not None:
                 req["seed"] = base_seed + first
             t0 = time.monotonic()
-            payload = await self._observed(self._post(req, bounds.body_bytes(n - first)))
+            payload = await self._observed(self._post(req, bounds.body_bytes(n - first), affinity))
             choices, prompt_tokens = parse_choices(payload, n - first, bounds)
             result.latency_s += time.monotonic() - t0
             result.prompt_tokens = prompt_tokens

@@ -49,6 +49,7 @@ class Ticket:
     weight: int
     moves: int = 0
     moved: asyncio.Event = field(default_factory=asyncio.Event)  # set: resend to .replica
+    pinned: bool = False  # a turn of an episode: stays where its earlier turns are cached
 
 
 def free_slots(r: Replica) -> int:
@@ -72,7 +73,7 @@ def known_waiting(src: Replica, taken: set[int]) -> list[Ticket]:
         newer += t.weight
         if newer > queue:
             break
-        if id(t) not in taken:
+        if id(t) not in taken and not t.pinned:
             out.append(t)
     return out
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewardprof.core.kinds import OK, FailureKind
-from rewardprof.engine.client import ChatClient
+from rewardprof.engine.client import Affinity, ChatClient
 from rewardprof.environments.acting import ActingEnvironment, ToolCall
 from rewardprof.environments.base import Verdict, VerifyContext
 from rewardprof.environments.episode import (
@@ -33,12 +33,14 @@ BodyFn = Callable[[list[dict[str, Any]], int, int], dict[str, Any]]
 
 
 def engine_chat(client: ChatClient, body_for: BodyFn, tool_choice: str = "auto") -> ChatFn:
-    """The episode's chat function on the shard's client: one sample per turn; a turn the
-    engine could not answer ends the episode with the request's failure kind."""
+    """One episode's chat function on the shard's client: one sample per turn, every turn to
+    the replica that answered the one before (its prefix cache holds the episode so far); a
+    turn the engine could not answer ends the episode with the request's failure kind."""
+    affinity = Affinity()
 
     async def chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int):
         body = dict(body_for(messages, 1, seed), tools=tools, tool_choice=tool_choice)
-        result = await client.complete(body)
+        result = await client.complete(body, affinity)
         if not result.choices:
             kind = result.failure or FailureKind.ENGINE_ERROR
             raise EpisodeFailure(kind, result.detail or "the engine returned no choice")

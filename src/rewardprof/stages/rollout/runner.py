@@ -224,10 +224,13 @@ class ShardRun:
         messages, row_json = self._text[unit.pos]
         row, prompt = json.loads(row_json), json.loads(messages)
         seed0 = task_seed(self.cfg.sampling.seed, task_id)
-        chat, limits = engine_chat(client, self._body, env.tool_choice(row)), env.limits()
+        choice, limits = env.tool_choice(row), env.limits()
         started = time.time()
-        runs = (
-            episode_fields(env, row, prompt, seed0 + r, chat, ctx, limits) for r in unit.indices
+        runs = (  # a chat function per episode: its turns share a replica
+            episode_fields(
+                env, row, prompt, seed0 + r, engine_chat(client, self._body, choice), ctx, limits
+            )
+            for r in unit.indices
         )
         done = await asyncio.gather(*runs)
         base = {
