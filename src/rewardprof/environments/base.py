@@ -52,6 +52,12 @@ class VerifyContext:
         self.timeout_s = timeout_s
         self.http_session = http_session
 
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Cheap work on model output (extraction, parsing) in a thread, never on the event
+        loop: a completion is adversarial, and even a linear scan of a long one is time the
+        loop would not spend serving the other requests."""
+        return await asyncio.to_thread(fn, *args)
+
     async def run_in_pool(self, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None):
         """Run a picklable top-level function in a worker process; TimeoutError past timeout."""
         timeout = timeout_s or self.timeout_s

@@ -28,7 +28,7 @@ from rewardprof.environments.base import (
     VerifyContext,
     extract_messages,
 )
-from rewardprof.environments.extract import last_user_text
+from rewardprof.environments.extract import last_user_text, tag_spans
 from rewardprof.environments.judge import JudgeClient, JudgeError, parse_verdict
 from rewardprof.environments.options import JudgeOptions
 
@@ -48,8 +48,19 @@ Answer to grade:
 
 Decide whether the answer is correct. End your reply with exactly one line:
 VERDICT: CORRECT or VERDICT: INCORRECT"""
-DEFAULT_VERDICT_REGEX = r"VERDICT:\s*\**\s*(CORRECT|INCORRECT)"
-_THINK = re.compile(r"<think>.*?</think>", re.S)
+DEFAULT_VERDICT_REGEX = r"VERDICT:\s*+\**+\s*+(CORRECT|INCORRECT)"
+
+
+def without_think(completion: str) -> str:
+    """The completion without its <think>...</think> spans, in any case (linear:
+    extract.tag_spans)."""
+    out, at = [], 0
+    for start, end, _, _ in tag_spans(completion, "think"):
+        out.append(completion[at:start])
+        at = end
+    return "".join(out) + completion[at:]
+
+
 _FIELDS = {"question", "response", "reference", "rubric"}
 
 
@@ -111,7 +122,7 @@ class LLMJudgeEnvironment(Environment[LLMJudgeOptions]):
             question=question,
             reference=reference or "",
             rubric=row.get("rubric") or "",
-            response=_THINK.sub("", completion).strip(),
+            response=without_think(completion).strip(),
         )
         return [{"role": "user", "content": text}]
 
@@ -120,7 +131,8 @@ class LLMJudgeEnvironment(Environment[LLMJudgeOptions]):
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         try:
-            reply = await self.judge.complete(self.judge_messages(row, completion))
+            messages = await ctx.off_loop(self.judge_messages, row, completion)
+            reply = await self.judge.complete(messages)
             reward = parse_verdict(
                 reply, self.verdict_re, self.options.verdict_rewards, self.options.score_max
             )

@@ -30,7 +30,6 @@ from rewardprof.environments.extract import last_boxed
 from rewardprof.environments.options import JudgeOptions, VerifyTimeout
 
 BOX_INSTRUCTION = "Put your final answer within \\boxed{}."
-_TRAILING_PERIOD = re.compile(r"\s*\.?\s*$")
 _OUTER_PARENS = re.compile(r"^\s*\\\((.*)\\\)\s*$", re.S)
 
 
@@ -39,6 +38,16 @@ def normalize_expected(expected: Any) -> str:
     s = str(expected).strip()
     m = _OUTER_PARENS.match(s)
     return m.group(1).strip() if m else s
+
+
+def boxed_answer(completion: str) -> str | None:
+    """The last complete box's content without a sentence's closing period ("\\boxed{5.}"),
+    or None. Linear (extract.py): `"\\s*\\.?\\s*$"` as a regex was quadratic in the spaces."""
+    answer = last_boxed(completion)
+    if answer is None:
+        return None
+    answer = answer.rstrip()
+    return answer.removesuffix(".").rstrip()
 
 
 def math_equal(expected: str, answer: str, timeout_s: float) -> bool:
@@ -60,7 +69,7 @@ Expected answer: {expected}
 Given answer: {answer}
 
 Reply with one line: VERDICT: EQUIVALENT or VERDICT: NOT_EQUIVALENT"""
-_JUDGE_VERDICT = re.compile(r"VERDICT:\s*\**\s*(NOT_EQUIVALENT|EQUIVALENT)")
+_JUDGE_VERDICT = re.compile(r"VERDICT:\s*+\**+\s*+(NOT_EQUIVALENT|EQUIVALENT)")
 
 
 class MathOptions(VerifyTimeout):
@@ -91,10 +100,9 @@ class MathEnvironment(Environment[MathOptions]):
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         expected = normalize_expected(row["expected_answer"])
-        answer = last_boxed(completion)
+        answer = await ctx.off_loop(boxed_answer, completion)
         if answer is None:
             return Verdict(0.0, extras={"extracted": None, "reason": "no_boxed_answer"})
-        answer = _TRAILING_PERIOD.sub("", answer)  # "\boxed{5.}" ends a sentence, not a number
         if not answer:
             return Verdict(0.0, extras={"extracted": "", "reason": "empty_box"})
         timeout = self.options.timeout_s or ctx.timeout_s

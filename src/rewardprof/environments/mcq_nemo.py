@@ -17,7 +17,7 @@ from typing import Any
 
 _LETTER_ONLY = re.compile(r"^[^A-Za-z]*([A-Z])[^A-Za-z]*$")
 _LETTER_LABEL = re.compile(r"^\s*([A-Z])\s*[:).\-]")
-_TEXT_WRAP = re.compile(r"\\text\{\s*(.*?)\s*\}", re.S)
+_TEXT_WRAP = re.compile(r"\\text\{(.*)\}", re.S)  # greedy, anchored by fullmatch: linear
 _PROMPT_OPTION = re.compile(r"^\s*([A-Z])\s*[:.)]\s*(\S.*?)\s*$")
 # letters of other scripts and full-width forms NeMo Gym reads as A-D
 _FOREIGN_LETTERS = str.maketrans(
@@ -40,8 +40,11 @@ def last_boxed_raw(text: str) -> str | None:
 
 
 def _unwrap(s: str) -> str:
-    while m := _TEXT_WRAP.fullmatch(s):
-        s = m.group(1)
+    for _ in range(16):  # each unwrap is a pass over the text: nesting deeper is no answer
+        m = _TEXT_WRAP.fullmatch(s)
+        if m is None:
+            break
+        s = m.group(1).strip()
     return s
 
 

@@ -12,7 +12,6 @@ credit) is computed in a worker process with a timeout.
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from typing import Any
 
@@ -24,7 +23,7 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
 )
-from rewardprof.environments.extract import last_boxed
+from rewardprof.environments.extract import last_boxed, tag_spans
 from rewardprof.environments.options import FewShot, VerifyTimeout
 
 ANSWER_INSTRUCTION = (
@@ -36,7 +35,6 @@ FEW_SHOT = [
     {"role": "user", "content": f"Calculate 2 + 3.\n\n{ANSWER_INSTRUCTION}"},
     {"role": "assistant", "content": "2 + 3 = 5.\n<answer>5</answer>"},
 ]
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 
 
 def task_name(row: dict[str, Any]) -> str | None:
@@ -50,9 +48,9 @@ def task_name(row: dict[str, Any]) -> str | None:
 
 
 def extract_answer(completion: str) -> str | None:
-    tags = _ANSWER_TAG.findall(completion)
+    tags = tag_spans(completion, "answer")  # linear, as re.findall("<answer>(.*?)</answer>")
     if tags:
-        return tags[-1].strip()
+        return completion[tags[-1][2] : tags[-1][3]].strip()
     boxed = last_boxed(completion)
     return boxed.strip() if boxed is not None else None
 
@@ -104,7 +102,7 @@ class ReasoningGymEnvironment(Environment[ReasoningGymOptions]):
 
     async def verify(self, row: dict[str, Any], completion: str, ctx: VerifyContext) -> Verdict:
         task = task_name(row)
-        answer = extract_answer(completion)
+        answer = await ctx.off_loop(extract_answer, completion)
         if answer is None:
             return Verdict(0.0, extras={"extracted": None, "reason": "no_answer"})
         entry = {

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from rewardprof.core.config import ConfigError
 from rewardprof.environments import make_environment
+from rewardprof.environments.base import VerifyContext
 from rewardprof.manifest.load import validate_config
 
 ROW = load_cases("llm_judge")[0]["row"]
@@ -20,6 +21,7 @@ FAST = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05}
 
 
 async def judged(judge: FakeJudge, completions: list[str], ctx=None, **options):
+    ctx = ctx or VerifyContext()  # the judge needs no pool; extraction runs off the loop
     async with judge.serving():
         env = make_environment(
             "llm_judge", {"base_url": judge.base_url, "model": "judge", **FAST, **options}
@@ -127,7 +129,7 @@ def test_unreachable_judge_is_a_judge_error():
 
     async def go():
         try:
-            return await env.verify(ROW, "x", None)
+            return await env.verify(ROW, "x", VerifyContext())
         finally:
             await env.aclose()
 
