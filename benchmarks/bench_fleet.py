@@ -1,42 +1,48 @@
-"""GPU busyness of one engine per shard job vs a shared fleet, on the simulated engine.
+"""Engine-hours as a cluster bills them: one engine per shard job vs a shared fleet, on the
+simulated engine (GPU throughput here is simulated; nothing is a GPU measurement).
 
-    python benchmarks/bench_fleet.py                 # 4 replicas, fixed K and bayes, (a) and (b),
-                                                     # then fleet throughput at 1, 2, 4 replicas
+    python benchmarks/bench_fleet.py --modes fixed --no-scaling   # per-shard vs fleet, 4 engines
+    python benchmarks/bench_fleet.py --shapes fleet --shards 16 --modes fixed --no-scaling
+                                                     # 16 jobs on one fleet: queues, fairness
+    python benchmarks/bench_fleet.py --shapes router --shards 16 --router PATH/vllm-router
+                                                     # the same jobs through vllm-router
     python benchmarks/bench_fleet.py --small         # smoke size: one result line
     python benchmarks/bench_fleet.py --admission     # one job on one replica, batch model only:
                                                      # busy slots per request size n and cap
 
-Runs the real workflow (snakemake with the project's Snakefile, `--cores`, the default workflow
-profile) on math tasks `What is a + b?` against rewardprof.testing.sim_engine (continuous
-batching, simulated time; nothing here is a GPU measurement):
+Runs the real workflow (snakemake with the project's Snakefile, the default workflow profile)
+on math tasks `What is a + b?` against rewardprof.testing.sim_engine (continuous batching in
+simulated time; `--time-scale` simulated seconds per real second, one scale for every case):
 
-* (a) per-shard: serve mode as today, one engine per rollout job: `engine.python` is the vLLM
-  stand-in (rewardprof.testing.vllm_standin), so each of the 4 shard jobs starts, health-checks
-  and stops its own simulated replica.
-* (b) fleet: the 4 replicas started once (`python -m rewardprof.testing.sim_engine --replicas
-  4 --endpoints-file F`), every shard job a client of all of them (endpoint mode,
-  `engine.endpoints_file: F`).
+* per-shard: serve mode, one engine per rollout job (`engine.python` is the vLLM stand-in,
+  rewardprof.testing.vllm_standin): each shard job starts, loads (`--load-s` simulated seconds
+  of model load, /health 503 until then), uses and stops its own engine; `--replicas` engines
+  at a time (Snakemake's engine_slots), the other shard jobs queue for one, as on a cluster
+  with that many GPUs (16 shards on 4 engines: `--shards 16`).
+* fleet: `--replicas` engines started once (`python -m rewardprof.testing.sim_engine
+  --replicas N --endpoints-file F`, the same model load), every shard job a client of all of
+  them at once (`engine.endpoints_file: F`).
+* router (`--router`): the fleet's engines behind vllm-router (`--policy`), each shard job
+  sending to its one URL with `rollout.concurrency` = twice the fleet's slots over the jobs.
 
-Unequal shards: shard 0 of 4 holds the tasks whose prompt asks to show every step, which the
-simulated engine answers 3x longer (`--length-factor`). Both shapes see the same prompts and
-seeds, so they must produce the same rewards per (task, rollout), which is checked.
+Materialize and shard run first; the engines are held only while the rollout jobs run (the
+fleet started just before them, stopped once they are done); merge runs after.
+`--long spread` (default, equal shards): every 5th task asks to show every step, which the
+engine answers 3x longer, spread over every shard as the strided layout spreads a real mix;
+`--long shard0`: shard 0's tasks are the long ones (unequal shards). Every shape sees the same
+prompts and seeds, so they must produce the same rewards per (task, rollout), which is checked.
 
-Reported per case, from the replicas' own counters (simulated seconds): slot utilization =
-busy slot-seconds / (replicas x max_num_seqs x window) (busy: spent on sequences whose answer
-was delivered; slot-seconds of a request moved off a queue after it had started running are
-reported apart, as wasted), the window running from the first
-request any replica got to the last replica going idle (the tail included); rollouts per
-replica-hour over that window; the spread between the first and the last replica going idle;
-where the idle slots are: utilization until the tail and in it (the tail starting when the
-first engine's batch drains for good: the end of its last 10 s with every slot busy) and per
-tenth of the window. Per-shard adaptive starts two engines per shard (the first-round job's
-and the main job's, one after the other), counted as the shard's one replica. The load
-average at the start and end of each case is printed: the machine may be shared.
-Scaling: the fleet on the same workload with 1, 2 and 4 replicas (the time scale is raised as
-replicas are removed, so the client sees the same real request rate: simulated time is
-independent of it); throughput relative to 4x / 2x the 1-replica throughput.
-Targets (issue: acceptance 1): fleet utilization >= 0.85, fleet / per-shard rollouts per
-replica-hour >= 1.5 on the unequal case, scaling >= 0.9 of linear.
+Reported per case, from the engines' own counters (simulated): engine-hours held (each engine
+from its start, model load included, to its release) and rollouts per engine-hour held, the
+figure a cluster bill follows; slot utilization = busy slot-seconds / (engines at once x
+max_num_seqs x window), the window from the first request any engine got to the last going
+idle; utilization until the tail and in it (the tail: from the first engine's batch draining
+for good to the last going idle) and per tenth of the window; the most sequences waiting on
+one engine; sequences moved off a queue and the slot-seconds they had run (wasted); each
+job's rollouts per second while it ran, over the mean (fairness); which bound the run: the
+engines (slots full until the tail) or the clients (then lower --time-scale); the load
+average at the start and end (the machine may be shared). Scaling: the fleet with 1, 2 and
+4 engines at the same time scale, throughput relative to linear.
 """
 
 from __future__ import annotations
@@ -63,14 +69,21 @@ from rewardprof.testing.vllm_standin import SIM_ARGS_ENV, write_standin_python  
 REPO = Path(__file__).resolve().parents[1]
 LONG = "Show every step."  # the prompts the simulated engine answers 3x longer
 MODEL = "sim-model"
+ROUTER = "http://vllm-router.invalid/v1"  # replaced by the router's URL once it runs
 
 
-def write_tasks(path: Path, tasks: int, shards: int) -> None:
-    """Task i lands in shard i % shards; shard 0's tasks are the long ones."""
+def is_long(i: int, args) -> bool:
+    """Whether task i is one the engine answers 3x longer: every 5th task (spread over every
+    shard: equal shards, as the strided layout gives a real mix), or shard 0's (unequal)."""
+    return i % (args.shards if args.long == "shard0" else 5) == 0
+
+
+def write_tasks(path: Path, args) -> None:
+    """Task i lands in shard i % shards."""
     with path.open("w") as f:
-        for i in range(tasks):
+        for i in range(args.tasks):
             a, b = 17 * i + 3, 29 * i + 11
-            long = LONG + " " if i % shards == 0 else ""
+            long = LONG + " " if is_long(i, args) else ""
             f.write(
                 json.dumps({"question": f"{long}What is {a} + {b}?", "expected_answer": str(a + b)})
                 + "\n"
@@ -84,6 +97,7 @@ def sim_args(args, scale: float, stats: Path) -> list[str]:
         "--step-base-s", str(args.step_base_s),
         "--step-per-seq-s", str(args.step_per_seq_s),
         "--length-factor", f"{LONG}=3",
+        "--load-s", str(args.load_s),
         "--stats-dir", str(stats),
     ]  # fmt: skip
 
@@ -104,7 +118,13 @@ def config(args, work: Path, shape: str, mode: str, scale: float, stats: Path) -
         "rollout": {"concurrency": args.concurrency, "verify_workers": 1},
         "adaptive": {"mode": "off" if mode == "fixed" else "bayes"},
     }
-    if shape == "per-shard":
+    if shape == "router":  # one URL, vllm-router in front of the fleet: no client balancing
+        cfg["engine"] = {"mode": "endpoint", "model": MODEL, "base_url": ROUTER}
+        # the jobs together keep twice the fleet's slots in flight (as the client's admission:
+        # slots plus a queue of as many), requests of K sequences
+        slots = args.replicas * args.max_num_seqs
+        cfg["rollout"]["concurrency"] = max(1, 2 * slots // (args.k * args.shards))
+    elif shape == "per-shard":
         cfg["engine"] = {
             "mode": "serve",
             "model": MODEL,
@@ -123,6 +143,30 @@ def config(args, work: Path, shape: str, mode: str, scale: float, stats: Path) -
     return cfg
 
 
+def start_router(args, endpoints: Path) -> tuple[subprocess.Popen, str]:
+    """vllm-router (--router) in front of the fleet's replicas, its base URL once healthy."""
+    import socket
+    import urllib.request
+
+    roots = [u.removesuffix("/v1") for u in json.loads(endpoints.read_text())["endpoints"]]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [args.router, "--host", "127.0.0.1", "--port", str(port), "--policy", args.policy,
+           "--worker-urls", *roots, "--log-level", "error"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("vllm-router did not become healthy")
+
+
 def start_fleet(args, work: Path, replicas: int, scale: float, stats: Path):
     endpoints = work / "fleet" / "endpoints.json"
     endpoints.unlink(missing_ok=True)
@@ -139,42 +183,102 @@ def start_fleet(args, work: Path, replicas: int, scale: float, stats: Path):
 
 
 def run_case(args, shape: str, mode: str, replicas: int) -> dict:
-    scale = args.time_scale * args.replicas / replicas
+    scale = args.time_scale  # one time scale for every case: simulated time is comparable
     work = default_out("fleet") / f"{shape}-{mode}-{replicas}"
     shutil.rmtree(work, ignore_errors=True)
     stats = work / "stats"
     stats.mkdir(parents=True)
-    write_tasks(work / "tasks.jsonl", args.tasks, args.shards)
+    write_tasks(work / "tasks.jsonl", args)
     cfg_path = work / "bench.yaml"
     cfg_path.write_text(yaml.safe_dump(config(args, work, shape, mode, scale, stats)))
-    fleet = start_fleet(args, work, replicas, scale, stats) if shape == "fleet" else None
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    cmd = [
-        "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work),
-        f"results/{shape}-{mode}/rollouts.parquet",  # up to merge: profile is not measured here
-        "--cores", "8", "--resources", f"engine_slots={args.shards}",
-        "--configfile", str(cfg_path),
-    ]  # fmt: skip
+    run = f"results/{shape}-{mode}"
+    # materialize and shard first (no engine needed); then the engines are held only while
+    # the rollout jobs run: the fleet started just before them and stopped once they are
+    # done, as a per-shard engine lives only inside its job; merge afterwards
+    snakemake(
+        args,
+        work,
+        cfg_path,
+        replicas,
+        [f"{run}/shards/{i}-of-{args.shards}.parquet" for i in range(args.shards)],
+    )
+    fleet = start_fleet(args, work, replicas, scale, stats) if shape != "per-shard" else None
+    router = None
     t0, load0 = time.monotonic(), os.getloadavg()[0]
+    if shape == "router":  # the router needs the replicas up: wait their model load
+        router, url = start_router(args, work / "fleet" / "endpoints.json")
+        cfg_path.write_text(cfg_path.read_text().replace(ROUTER, url))
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
+        snakemake(
+            args,
+            work,
+            cfg_path,
+            replicas,
+            [f"{run}/rollouts/{i}-of-{args.shards}.parquet" for i in range(args.shards)],
+        )
     finally:
+        if router is not None:
+            router.kill()
+            router.wait(30)
         if fleet is not None:
             fleet.send_signal(signal.SIGTERM)
             fleet.wait(30)
     wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{shape}/{mode}: snakemake failed:\n{proc.stderr[-4000:]}")
+    snakemake(args, work, cfg_path, replicas, [f"{run}/rollouts.parquet"])
     reps = [json.loads(p.read_text()) for p in sorted(stats.glob("replica-*.json"))]
-    # per-shard adaptive: each shard's first-round job and its main job start an engine each
-    # (never at once): `replicas` engines at a time, their time counted over the same window
-    jobs = replicas * (2 if shape == "per-shard" and mode != "fixed" else 1)
+    # per-shard: every rollout job starts its own engine (adaptive: each shard's first-round
+    # job and its main job, one after the other), `replicas` of them at a time
+    per_shard = args.shards * (2 if mode != "fixed" else 1)
+    jobs = per_shard if shape == "per-shard" else replicas
     if len(reps) != jobs:
         raise SystemExit(f"{shape}/{mode}: {len(reps)} replica stats, expected {jobs}")
     rollouts = pd.read_parquet(work / f"results/{shape}-{mode}/rollouts.parquet")
     out = summarize(args, shape, mode, replicas, reps, rollouts, wall)
+    out.update(held(reps, out["rollouts"]))
+    out["job_rates"] = job_rates(work / f"results/{shape}-{mode}", rollouts, args.shards)
     out["load"] = (load0, os.getloadavg()[0])  # the machine is shared: say how loaded it was
     return out
+
+
+def snakemake(args, work: Path, cfg_path: Path, replicas: int, targets: list[str]) -> None:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    cmd = [
+        "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), *targets,
+        # per-shard: `replicas` engines at a time, the other shard jobs queue for one (as on a
+        # cluster with that many GPUs); fleet: every shard job at once (CPU-only clients)
+        "--cores", str(max(8, args.shards + 2)), "--resources", f"engine_slots={replicas}",
+        "--configfile", str(cfg_path),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
+    if proc.returncode != 0:
+        raise SystemExit(f"{work.name}: snakemake failed:\n{proc.stderr[-4000:]}")
+
+
+def held(reps: list[dict], ok: int) -> dict:
+    """Engine-hours as a cluster bills them: each engine from its start (its model load
+    included) to its release, in simulated hours; rollouts per engine-hour held."""
+    hours = sum((r["stopped_unix"] - r["started_unix"]) * r["time_scale"] for r in reps) / 3600
+    loading = sum(r["load_s"] for r in reps) / 3600
+    return {
+        "engines": len(reps),
+        "held_h": hours,
+        "load_share": loading / max(hours, 1e-9),
+        "per_held_hour": ok / max(hours, 1e-9),
+        "peak_waiting": max(r["peak_waiting"] for r in reps),
+    }
+
+
+def job_rates(results: Path, rollouts: pd.DataFrame, shards: int) -> list[float]:
+    """Each rollout job's rollouts per real second while it ran (its Snakemake benchmark)."""
+    ok = rollouts[rollouts["status"] == "ok"]
+    per_shard = ok.groupby(ok["task_index"] % shards).size()
+    rates = []
+    for i in range(shards):
+        tsv = results / "benchmarks" / "rollout" / f"{i}-of-{shards}.tsv"
+        if tsv.exists():
+            wall = float(pd.read_csv(tsv, sep="\t")["s"].iloc[0])
+            rates.append(per_shard.get(i, 0) / max(wall, 1e-9))
+    return rates
 
 
 def busy_between(rep: dict, a: float, b: float) -> float:
@@ -229,7 +333,6 @@ def summarize(args, shape, mode, replicas, reps, rollouts, wall) -> dict:
         "mode": mode,
         "replicas": replicas,
         "utilization": busy / (replicas * args.max_num_seqs * window),
-        "per_replica_hour": ok / (replicas * window / 3600),
         "throughput_per_h": ok / (window / 3600),
         "idle_spread_s": (max(idle) - min(idle)) * sc,
         "window_s": window,
@@ -280,7 +383,8 @@ def main() -> None:
         ("--tasks", int, 640),
         ("--k", int, 8),
         ("--max-num-seqs", int, 64),
-        ("--time-scale", float, 40.0),
+        ("--time-scale", float, 6.0),
+        ("--load-s", float, 120.0),
         ("--median-tokens", float, 1000.0),
         ("--max-tokens", int, 8192),
         ("--step-base-s", float, 0.03),
@@ -289,8 +393,20 @@ def main() -> None:
     ):
         ap.add_argument(flag, type=kind, default=default)
     ap.add_argument("--modes", default="fixed,bayes")
+    ap.add_argument(
+        "--long",
+        choices=("spread", "shard0"),
+        default="spread",
+        help="3x longer answers for every 5th task (equal shards) or shard 0's",
+    )
     ap.add_argument("--shapes", default="per-shard,fleet")
     ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument(
+        "--router",
+        help="vllm-router executable: adds the shape router (fleet "
+        "replicas behind vllm-router, one URL per job)",
+    )
+    ap.add_argument("--policy", default="power_of_two", help="vllm-router's --policy")
     ap.add_argument("--small", action="store_true", help="smoke size: one result line")
     ap.add_argument("--admission", action="store_true", help="one job's admission table only")
     args = ap.parse_args()
@@ -299,6 +415,7 @@ def main() -> None:
         return
     if args.small:
         args.replicas = args.shards = 2
+        args.load_s = 10.0
         args.tasks, args.k, args.time_scale, args.median_tokens = 12, 4, 120.0, 400.0
         args.modes, args.no_scaling = "fixed", True
     results = []
@@ -307,9 +424,13 @@ def main() -> None:
             results.append(run_case(args, shape, mode, args.replicas))
     by = {(r["shape"], r["mode"], r["replicas"]): r for r in results}
     for mode in args.modes.split(","):
-        pair = [by.get((s, mode, args.replicas)) for s in ("per-shard", "fleet")]
-        if all(pair) and not pair[0]["rewards"].equals(pair[1]["rewards"]):
-            raise SystemExit(f"{mode}: per-shard and fleet rewards differ")
+        got = [
+            by[(s, mode, args.replicas)]
+            for s in ("per-shard", "fleet", "router")
+            if (s, mode, args.replicas) in by
+        ]
+        if any(not got[0]["rewards"].equals(r["rewards"]) for r in got[1:]):
+            raise SystemExit(f"{mode}: the shapes' rewards differ")
     if not args.no_scaling:
         mode = args.modes.split(",")[0]
         for n in (1, 2):
@@ -318,53 +439,78 @@ def main() -> None:
     report(args, results)
 
 
-def report(args, results: list[dict]) -> None:
-    one = {r["mode"]: r for r in results if r["shape"] == "fleet" and r["replicas"] == 1}
-    if not args.small:
+def bound(r: dict) -> str:
+    """What bound the run: the engines when their slots were full until the tail, else the
+    clients (lower --time-scale until it says engines)."""
+    return "engines" if r["before_tail_utilization"] >= 0.95 else "clients"
+
+
+def fairness(r: dict) -> str:
+    rates = r["job_rates"]
+    if len(rates) < 2 or r["shape"] == "per-shard":
+        return "-"
+    mean = sum(rates) / len(rates)
+    return f"{min(rates) / mean:.2f}-{max(rates) / mean:.2f}"
+
+
+def table(args, results: list[dict]) -> None:
+    print(
+        "| shape | mode | shards | engines at once | engines started | engine-h held (sim) | "
+        "of it loading | rollouts / engine-h held | slot utilization | until the tail | "
+        "tail (sim s) | window (sim s) | peak waiting / replica | moved | wasted | "
+        "job rate / mean (min-max) | bound | rollouts | wall (s) | load avg |"
+    )
+    print("|" + "---|" * 20)
+    for r in results:
         print(
-            "| shape | mode | replicas | slot utilization | rollouts / replica-hour | "
-            "first-to-last idle (sim s) | window (sim s) | until the tail | tail (sim s) | "
-            "tail utilization | rollouts | moved (sequences) | wasted | peak batch | wall (s) | "
-            "load avg (start, end) |"
+            f"| {r['shape']} | {r['mode']} | {args.shards} | {r['replicas']} | {r['engines']} | "
+            f"{r['held_h']:.2f} | {r['load_share']:.1%} | {r['per_held_hour']:.0f} | "
+            f"{r['utilization']:.3f} | {r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
+            f"{r['window_s']:.0f} | {r['peak_waiting']} | {r['moved']} | "
+            f"{r['wasted_share']:.4f} | {fairness(r)} | {bound(r)} | {r['rollouts']} | "
+            f"{r['wall_s']:.0f} | {r['load'][0]:.1f}, {r['load'][1]:.1f} |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in results:
-            print(
-                f"| {r['shape']} | {r['mode']} | {r['replicas']} | {r['utilization']:.3f} | "
-                f"{r['per_replica_hour']:.0f} | {r['idle_spread_s']:.0f} | {r['window_s']:.0f} | "
-                f"{r['before_tail_utilization']:.3f} | {r['tail_s']:.0f} | "
-                f"{r['tail_utilization']:.3f} | "
-                f"{r['rollouts']} | {r['moved']} | {r['wasted_share']:.4f} | "
-                f"{r['peak_running']} | {r['wall_s']:.0f} | "
-                f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |"
-            )
-        print()
-        print("slot utilization per tenth of the window:")
-        for r in results:
-            tenths = " ".join(f"{u:.2f}" for u in r["timeline"])
-            print(f"  {r['shape']} {r['mode']} {r['replicas']}: {tenths}")
-        print()
+    print("\nslot utilization per tenth of the window:")
+    for r in results:
+        print(
+            f"  {r['shape']} {r['mode']} {r['replicas']}: "
+            + " ".join(f"{u:.2f}" for u in r["timeline"])
+        )
+    print()
+
+
+def report(args, results: list[dict]) -> None:
+    if not args.small:
+        table(args, results)
     parts = []
     for mode in args.modes.split(","):
         cases = {
             r["shape"]: r for r in results if r["mode"] == mode and r["replicas"] == args.replicas
         }
-        a, b = cases.get("per-shard"), cases.get("fleet")
-        if a and b:
-            gain = b["per_replica_hour"] / a["per_replica_hour"]
+        a, b, c = cases.get("per-shard"), cases.get("fleet"), cases.get("router")
+        if b and c:
             parts.append(
-                f"{mode}: utilization per-shard {a['utilization']:.2f} fleet "
-                f"{b['utilization']:.2f}, rollouts/replica-h fleet/per-shard {gain:.2f}x, "
-                f"idle spread {a['idle_spread_s']:.0f} -> {b['idle_spread_s']:.0f} sim s"
+                f"{mode}: vllm-router ({args.policy}) / client balancing: rollouts per engine-hour "
+                f"held {c['per_held_hour'] / b['per_held_hour']:.2f}x, peak waiting per replica "
+                f"{c['peak_waiting']} vs {b['peak_waiting']}"
             )
+        if a and b:
+            parts.append(
+                f"{mode}: rollouts per engine-hour held fleet/per-shard "
+                f"{b['per_held_hour'] / a['per_held_hour']:.2f}x "
+                f"({b['per_held_hour']:.0f} vs {a['per_held_hour']:.0f}), makespan "
+                f"{a['window_s'] / b['window_s']:.2f}x shorter"
+            )
+    one = {r["mode"]: r for r in results if r["shape"] == "fleet" and r["replicas"] == 1}
     for mode, base in one.items():
         for r in results:
             if r["shape"] == "fleet" and r["mode"] == mode and r["replicas"] > 1:
                 eff = r["throughput_per_h"] / (r["replicas"] * base["throughput_per_h"])
-                parts.append(f"scaling 1->{r['replicas']}: {eff:.2f} of linear")
+                parts.append(f"{mode} scaling 1->{r['replicas']}: {eff:.2f} of linear")
     print(
-        f"fleet: {args.replicas} simulated replicas x {args.max_num_seqs} slots; "
-        + "; ".join(parts)
+        f"fleet bench: {args.replicas} simulated engines x {args.max_num_seqs} slots, "
+        f"{args.shards} shards ({args.long}), time scale {args.time_scale:g}, model load "
+        f"{args.load_s:g} sim s per engine start; " + "; ".join(parts)
     )
 
 

@@ -54,5 +54,5 @@ def test_bench_fleet_runs_both_shapes_through_the_workflow(tmp_path):
     """Two shard jobs with an engine each, then the same tasks on a 2-replica fleet: the
     workflow completes both ways with identical rewards (the script checks) and reports."""
     line = run_bench("bench_fleet.py", tmp_path, timeout=1200)
-    assert line.startswith("fleet: 2 simulated replicas x 64 slots; fixed: utilization"), line
-    assert "rollouts/replica-h fleet/per-shard" in line
+    assert line.startswith("fleet bench: 2 simulated engines x 64 slots"), line
+    assert "fixed: rollouts per engine-hour held fleet/per-shard" in line

@@ -149,3 +149,25 @@ def test_moves_take_only_requests_known_to_wait_and_only_for_a_job_alone():
     assert b.rebalance() == 0
     b.set_jobs(1)
     assert b.rebalance() == 2 and small.replica is dst and old.replica is dst
+
+
+def test_a_starting_job_counts_the_jobs_started_with_it_before_its_first_request(tmp_path):
+    import asyncio
+
+    import aiohttp
+
+    clients = tmp_path / "clients"
+    leases = ClientLeases(clients, stale_s=10)
+    b = Balancer([], capacity=SLOTS, admission=3.0, interval_s=0.2, leases=leases)
+    b.set_jobs(leases.renew())
+
+    async def start_with_another_job_joining():
+        async with aiohttp.ClientSession() as session:
+            starting = asyncio.ensure_future(b.start(session))
+            await asyncio.sleep(0.05)
+            assert not starting.done()  # it waits one health interval before any request
+            ClientLeases(clients, stale_s=10).renew()  # a job started just after it
+            await starting
+
+    asyncio.run(start_with_another_job_joining())
+    assert b.jobs == 2 and b.replicas == {}

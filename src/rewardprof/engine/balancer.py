@@ -324,6 +324,15 @@ class Balancer:
                 if r.failures >= self.fail_after:
                     self.take_out(r, problem)
 
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        """Before the job's first request: the replicas' queues read and, on a fleet, the jobs
+        on it counted twice one health interval apart, so jobs started together see each
+        other before any takes a share of the slots (engine/sharing.py)."""
+        await self.check_once(session)
+        if self.leases is not None:
+            await asyncio.sleep(self.interval_s)
+            await self.check_once(session)
+
     async def watch(self, session: aiohttp.ClientSession) -> None:
         """Probe at once (the queues: no job starts with a burst past the slots), then every
         interval until cancelled. A check that raises is logged and the watch goes on: a task

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rewardprof.engine.host import die_with_parent
+from rewardprof.engine.host import die_with_parent, http_get_json
 from rewardprof.testing.openai_http import BackgroundServer, chat_completion, request_prompt
 from rewardprof.testing.sim_batching import BatchModel, LengthModel, solves
 
@@ -104,6 +104,7 @@ class SimEngine(BackgroundServer):
         self.first_busy_at: float | None = None  # simulated seconds
         self._t0 = time.monotonic()
         self._t0_unix = time.time()
+        self._stopped_unix: float | None = None  # the engine released (its GPUs given back)
         self._pending: dict[int, list] = {}  # request id -> [sequences left, future]
         self._ids = itertools.count()
         self._wake: asyncio.Event | None = None
@@ -134,6 +135,7 @@ class SimEngine(BackgroundServer):
             self.call_in_loop(self.closing.set)
             self.call_in_loop(self._wake.set)
         super().stop()
+        self._stopped_unix = time.time()
         self.write_stats()
 
     @property
@@ -240,6 +242,8 @@ class SimEngine(BackgroundServer):
             "max_num_seqs": s.max_num_seqs,
             "time_scale": s.time_scale,
             "started_unix": self._t0_unix,
+            "stopped_unix": self._stopped_unix,
+            "load_s": s.load_s,
             "sim_now_s": m.now,
             "busy_slot_s": m.busy_slot_s,
             "slot_utilization": m.busy_slot_s / (s.max_num_seqs * elapsed),
@@ -339,6 +343,14 @@ def _spawn_replicas(args: argparse.Namespace, argv: list[str]) -> list[tuple]:
     return procs
 
 
+def _wait_loaded(base_url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while http_get_json(base_url.removesuffix("/v1") + "/health", timeout=2)[0] != 200:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{base_url}: /health not 200 after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -358,6 +370,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     procs = _spawn_replicas(args, argv)
     urls = [url for _, url in procs]
+    for url in urls:  # published once loaded, as `rewardprof fleet` publishes a healthy replica
+        _wait_loaded(url, args.load_s / args.time_scale + 60)
     if args.endpoints_file:
         out = Path(args.endpoints_file)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -309,6 +309,9 @@ class ShardRun:
                     balancer=balancer,
                 )
                 if balancer is not None:
+                    # the jobs on the fleet and the replicas' queues known before the first
+                    # request: a share taken before that is taken blind (engine/sharing.py)
+                    await balancer.start(session)
                     probing = asyncio.ensure_future(balancer.watch(session))
                 ctx = VerifyContext(pool=pool, timeout_s=r.verify_timeout_s, http_session=None)
 
