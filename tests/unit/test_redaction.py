@@ -254,3 +254,112 @@ def test_status_file_and_status_output_hold_no_credential(tmp_path, monkeypatch,
     out = capsys.readouterr()
     assert "Authorization: Basic [REDACTED]" in out.out  # the error is shown, masked
     assert b64 not in out.out + out.err
+
+
+def _run_config(engine_url: str, judge_url: str = "http://127.0.0.1:9/v1") -> dict:
+    judge = {"base_url": judge_url, "model": "j"}
+    return {
+        "run": "t",
+        "entries": [
+            {"label": "j", "environment": "llm_judge", "source": "x.jsonl", "options": judge}
+        ],
+        "engine": {"mode": "endpoint", "model": "p", "base_url": engine_url},
+    }
+
+
+def test_a_variable_anywhere_in_a_url_is_a_secret_and_never_written(tmp_path, monkeypatch):
+    """`${NAME}` in a base_url's path or query (not only its password): the run's config files,
+    the variable carrying masked URLs to the jobs and every redacted text hold `${NAME}` or the
+    mask, never the value; a job expands it again from its environment."""
+    from rewardprof.manifest.run_config import load_stage_config, secret_env, stage_config_text
+
+    monkeypatch.setattr(redaction, "_active", ())
+    monkeypatch.setenv("RP_PATH_TOKEN", "tok/PATH-SENTINEL")
+    monkeypatch.setenv("RP_QUERY_TOKEN", "QUERY-SENTINEL")
+    monkeypatch.setenv("RP_PW", "PW-SENTINEL")
+    cfg = validate_config(
+        _run_config(
+            "https://u:${RP_PW}@h:1/${RP_PATH_TOKEN}/v1",
+            "http://127.0.0.1:9/j/${RP_QUERY_TOKEN}/v1",
+        )
+    )
+    assert cfg.engine.base_url == "https://u:PW-SENTINEL@h:1/tok%2FPATH-SENTINEL/v1"
+    secrets = redaction.config_secrets(cfg.model_dump(mode="json"))
+    for value in ("tok/PATH-SENTINEL", "tok%2FPATH-SENTINEL", "QUERY-SENTINEL", "PW-SENTINEL"):
+        assert value in secrets
+    redaction.install(secrets)
+    said = f"HTTP 500: no route {cfg.engine.base_url} (tok/PATH-SENTINEL) {cfg.entries[0].options}"
+    assert "SENTINEL" not in redaction.redact(said)
+    written = {name: stage_config_text(cfg, name) for name in ("rollout", "profile", "full")}
+    env = secret_env(cfg)
+    assert not [n for n, text in written.items() if "SENTINEL" in text]
+    assert "SENTINEL" not in json.dumps(env)
+    full = json.loads(written["full"])
+    assert full["engine"]["base_url"] == "https://***@h:1/${RP_PATH_TOKEN}/v1"
+    assert full["entries"][0]["options"]["base_url"] == "http://127.0.0.1:9/j/${RP_QUERY_TOKEN}/v1"
+    # a job: the masked URL back from the environment, each ${NAME} expanded there
+    path = tmp_path / "full.json"
+    path.write_text(written["full"])
+    monkeypatch.setenv(redaction.URL_CREDENTIALS_ENV, env[redaction.URL_CREDENTIALS_ENV])
+    again = load_stage_config(path)
+    assert again.engine.base_url == cfg.engine.base_url
+    assert again.entries[0].options["base_url"] == cfg.entries[0].options["base_url"]
+
+
+def test_a_user_name_alone_is_a_credential(tmp_path, monkeypatch):
+    """`https://TOKEN@host/v1` (a token given as the user, no password): a secret in every form
+    a server may quote it (as written, decoded, Basic auth's base64), masked in config files."""
+    import base64
+
+    from rewardprof.manifest.run_config import load_stage_config, secret_env, stage_config_text
+
+    monkeypatch.setattr(redaction, "_active", ())
+    cfg = validate_config(_run_config("https://sk%2DUSER-SENTINEL@h:1/v1"))
+    secrets = redaction.config_secrets(cfg.model_dump(mode="json"))
+    basic = base64.b64encode(b"sk-USER-SENTINEL:").decode()
+    assert {"sk%2DUSER-SENTINEL", "sk-USER-SENTINEL", basic} <= set(secrets)
+    redaction.install(secrets)
+    assert "SENTINEL" not in redaction.redact(f"500: sk-USER-SENTINEL {basic} {cfg.engine}")
+    text = stage_config_text(cfg, "rollout")
+    assert "SENTINEL" not in text and '"https://***@h:1/v1"' in text
+    path = tmp_path / "rollout.json"
+    path.write_text(text)
+    monkeypatch.setenv(
+        redaction.URL_CREDENTIALS_ENV, secret_env(cfg)[redaction.URL_CREDENTIALS_ENV]
+    )
+    assert load_stage_config(path).engine.base_url == cfg.engine.base_url
+
+
+def test_credentials_in_an_endpoints_file_join_the_secrets_when_read(tmp_path, monkeypatch):
+    from rewardprof.engine.endpoints import EndpointsFileError, read_endpoints
+
+    monkeypatch.setattr(redaction, "_active", ())
+    path = tmp_path / "endpoints.json"
+    urls = ["http://fleet:EP-PW-SENTINEL@10.0.0.1:8000/v1", "http://EP-TOKEN-SENTINEL@10.0.0.2/v1"]
+    said = f"HTTP 500: you sent {urls[0]} and {urls[1]}"
+    assert "SENTINEL" in redaction.redact(said)  # not yet read: unknown
+    path.write_text(json.dumps({"endpoints": urls}))
+    assert read_endpoints(path) == urls
+    assert "SENTINEL" not in redaction.redact(said)
+    # a bad file's one-line error quotes no credential either
+    path.write_text(json.dumps({"endpoints": [urls[0]], "capacity": {urls[0]: 0}}))
+    monkeypatch.setattr(redaction, "_active", ())
+    with pytest.raises(EndpointsFileError) as info:
+        read_endpoints(path)
+    assert "capacity['http://***@10.0.0.1:8000/v1']" in str(info.value)
+    assert "SENTINEL" not in str(info.value)
+
+
+def test_a_url_without_credentials_or_variables_is_written_as_it_is(monkeypatch):
+    from rewardprof.manifest.run_config import secret_env, stage_config_text
+
+    monkeypatch.setattr(redaction, "_active", ())
+    cfg = validate_config(_run_config("http://10.0.0.5:8000/api/v1", "http://judge.example/v1"))
+    assert redaction.url_secrets(cfg.engine.base_url) == set()
+    text = stage_config_text(cfg, "full")
+    assert "http://10.0.0.5:8000/api/v1" in text and "http://judge.example/v1" in text
+    assert secret_env(cfg) == {} and redaction.MASK not in text
+    redaction.install(redaction.config_secrets(cfg.model_dump(mode="json")))
+    assert redaction.redact("POST http://10.0.0.5:8000/api/v1 failed") == (
+        "POST http://10.0.0.5:8000/api/v1 failed"
+    )

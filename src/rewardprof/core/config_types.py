@@ -52,6 +52,12 @@ PlainPath = Annotated[str, AfterValidator(_plain_path)]
 URL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+# Every `${NAME}` this process expanded in a URL: {the value as the URL holds it: NAME}. Each
+# value is a secret wherever it appears (core/redaction.py masks it and writes `${NAME}` back in
+# place of it in the run's config files), whichever part of the URL it stood in.
+EXPANDED_URL_VARIABLES: dict[str, str] = {}
+
+
 def _http_url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
@@ -60,7 +66,9 @@ def _http_url(value: str) -> str:
         name = match.group(1)
         if not os.environ.get(name):
             raise ValueError(f"environment variable {name} (named in the URL) is not set")
-        return urllib.parse.quote(os.environ[name], safe="")
+        quoted = urllib.parse.quote(os.environ[name], safe="")
+        EXPANDED_URL_VARIABLES[quoted] = name
+        return quoted
 
     return URL_VARIABLE.sub(variable, value).rstrip("/")
 

@@ -12,10 +12,16 @@ record (store/record.py), the HTTP clients' error details (engine/http_retry.py)
 line (`RedactingFilter`, installed by cli.py), the error lines cli.py prints, the rollout
 jobs' status files (stages/rollout/heartbeat.py) and `rewardprof status`.
 
-URL passwords must not reach Snakemake at all (a rule's params end up in its printed command
-and in .snakemake/metadata): `masked_urls` gives the config a rule passes on, each URL's
-`user:password@` masked, and `url_credentials_env` the variable that carries the real URLs to the
-job, which `unmask_urls` puts back (cli.py, when a stage reads its config).
+Every value expanded from `${NAME}` in a URL is a secret wherever it stood (core/config_types.py
+records each expansion): `config_secrets` includes them, and credentials read from elsewhere (an
+endpoints file) join with `install_url_secrets`. A user name alone (`https://TOKEN@host/v1`) is
+a credential too.
+
+Secrets must not reach Snakemake at all (a rule's params end up in its printed command and in
+.snakemake/metadata): `masked_urls` gives the config a rule passes on, each URL written back as
+`${NAME}` where a variable gave it and its `user:password@` masked, and
+$REWARDPROF_URL_CREDENTIALS carries the masked URLs (in that `${NAME}` form) to the job, which
+`unmask_urls` puts back before validating (cli.py, when a stage reads its config).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from rewardprof.core.config_types import URL_VARIABLE
+from rewardprof.core.config_types import EXPANDED_URL_VARIABLES, URL_VARIABLE
 from rewardprof.core.errors import ConfigError
 
 MASK = "[REDACTED]"
@@ -90,8 +96,10 @@ def _url_strings(key: str, value: Any) -> list[str]:
 
 def config_secrets(data: dict[str, Any]) -> list[str]:
     """The secret values a config (as a dict) names: the value of every variable an
-    `api_key_env` names (where set), and the userinfo and password of every `base_url`."""
-    found: set[str] = set()
+    `api_key_env` names (where set), the credentials of every `base_url` (`url_secrets`), the
+    value of every `${NAME}` in one, and every value this process expanded from `${NAME}`
+    (`expanded_secrets`: once validated, a URL no longer says which part came from a variable)."""
+    found: set[str] = expanded_secrets()
     for _, key, value in _walk(data):
         if not isinstance(value, str):
             continue
@@ -99,12 +107,45 @@ def config_secrets(data: dict[str, Any]) -> list[str]:
             found.add(os.environ[value])
     for _, key, value in _walk(data):
         for url in _url_strings(key, value):
-            parts = urllib.parse.urlsplit(url)
-            if parts.password:
-                userinfo = parts.netloc.rpartition("@")[0]
-                found |= {userinfo, parts.password, urllib.parse.unquote(parts.password)}
-                found |= set(basic_auth_forms(parts.username or "", parts.password))
+            found |= url_secrets(url)
+            for name in URL_VARIABLE.findall(url):
+                if os.environ.get(name):
+                    found |= {os.environ[name], urllib.parse.quote(os.environ[name], safe="")}
     return sorted((s for s in found if len(s) >= _MIN_LENGTH), key=len, reverse=True)
+
+
+def expanded_secrets() -> set[str]:
+    """Every value this process expanded from `${NAME}` in a URL, as the URL holds it
+    (percent-encoded) and decoded: secrets wherever they stood (a path, a query, a user)."""
+    quoted = set(EXPANDED_URL_VARIABLES)
+    return quoted | {urllib.parse.unquote(v) for v in quoted}
+
+
+def url_secrets(url: str) -> set[str]:
+    """The credentials of a URL: with a password, `user:password` (as written, decoded and as
+    HTTP Basic auth's base64) and the password; with a user name alone (a token given as the
+    user, `https://TOKEN@host/v1`), the user name in the same forms."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # not a URL: nothing to take from it (validation names the key)
+        return set()
+    userinfo = parts.netloc.rpartition("@")[0]
+    if parts.password:
+        found = {userinfo, parts.password, urllib.parse.unquote(parts.password)}
+        return found | set(basic_auth_forms(parts.username or "", parts.password))
+    if parts.username:
+        found = {userinfo, urllib.parse.unquote(userinfo)}
+        return found | set(basic_auth_forms(parts.username, parts.password or ""))
+    return set()
+
+
+def install_url_secrets(urls: list[str]) -> None:
+    """Make the credentials of `urls` secrets of this process (URLs read from a file the config
+    does not hold, such as an endpoints file)."""
+    found: set[str] = set()
+    for url in urls:
+        found |= url_secrets(url)
+    install(sorted(found))
 
 
 def basic_auth_forms(username: str, password: str) -> tuple[str, str]:
@@ -215,18 +256,29 @@ def _urls(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield from _urls(v)
 
 
+def variable_form(url: str) -> str:
+    """`url` with each value this process expanded from `${NAME}` written back as `${NAME}`:
+    the text the user wrote, which expands to `url` again (a value is percent-encoded in the
+    URL, so no `${` is left to confuse the two). Values too short to be secrets stay."""
+    for value in sorted(EXPANDED_URL_VARIABLES, key=len, reverse=True):
+        if len(value) >= _MIN_LENGTH and value in url:
+            url = url.replace(value, "${" + EXPANDED_URL_VARIABLES[value] + "}")
+    return url
+
+
 def masked_urls(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """A copy of the config dict with each `base_url`'s user:password masked, and
-    {masked: real} for the URLs that had one."""
+    """A copy of the config dict with each `base_url` in its `variable_form` and its
+    user:password masked, and {masked: variable form} for the URLs that had one. Neither holds
+    a value expanded from `${NAME}`: a job expands them again from its environment."""
     masked = json.loads(json.dumps(data))
     real: dict[str, str] = {}
     for holder in _urls(masked):
-        urls = holder["base_url"]
-        shown = [public_url(u) if isinstance(u, str) else u for u in _as_list(urls)]
-        for url, public in zip(_as_list(urls), shown, strict=True):
+        urls = [variable_form(u) if isinstance(u, str) else u for u in _as_list(holder["base_url"])]
+        shown = [public_url(u) if isinstance(u, str) else u for u in urls]
+        for url, public in zip(urls, shown, strict=True):
             if public != url:
                 real[public] = url
-        holder["base_url"] = shown if isinstance(urls, list) else shown[0]
+        holder["base_url"] = shown if isinstance(holder["base_url"], list) else shown[0]
     return masked, real
 
 
@@ -235,7 +287,8 @@ def _as_list(urls: Any) -> list[Any]:
 
 
 def unmask_urls(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
-    """The config dict with each masked `base_url` restored from $REWARDPROF_URL_CREDENTIALS."""
+    """The config dict with each masked `base_url` restored from $REWARDPROF_URL_CREDENTIALS,
+    before it is validated (which expands the `${NAME}` the restored URL may hold)."""
     masked = [
         h for h in _urls(data) if any("***@" in u for u in _url_strings("base_url", h["base_url"]))
     ]

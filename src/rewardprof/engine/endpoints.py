@@ -9,7 +9,7 @@ that a fleet (`rewardprof fleet`, tools/fleet.py) rewrites atomically as replica
 or die. `EndpointsFile.poll()` re-reads it when its mtime or size changed, so a running job
 follows the fleet. A file that is missing or half-written by a foreign tool reads as "no
 change" while a job runs (the last good list stays); at the start of a job it is an error
-naming the file.
+naming the file. Credentials in the file's URLs join the redaction set when it is read.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config, ConfigError
+from rewardprof.core.redaction import install_url_secrets, public_url
 from rewardprof.engine.preflight import EndpointUnavailable, check_replica
 
 
@@ -40,12 +41,22 @@ def parse_endpoints(data: Any, origin: str) -> list[str]:
     for i, url in enumerate(data["endpoints"]):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise EndpointsFileError(
-                f"{origin}: endpoints[{i}]: {url!r} is not an http:// or https:// URL"
+                f"{origin}: endpoints[{i}]: {_shown(url)!r} is not an http:// or https:// URL"
             )
         url = url.rstrip("/")
         if url not in urls:
             urls.append(url)
     return urls
+
+
+def _shown(value: Any) -> Any:
+    """A value of the file as an error may quote it: a URL's credentials masked."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return public_url(value)
+    except ValueError:  # not even a URL (a bad port): said without its text
+        return "(not a URL)"
 
 
 def parse_capacities(data: Any, origin: str) -> dict[str, int]:
@@ -59,7 +70,7 @@ def parse_capacities(data: Any, origin: str) -> dict[str, int]:
     for url, n in caps.items():
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise EndpointsFileError(
-                f"{origin}: capacity[{url!r}]: {n!r} is not a positive integer"
+                f"{origin}: capacity[{_shown(url)!r}]: {n!r} is not a positive integer"
             )
         out[str(url).rstrip("/")] = n
     return out
@@ -82,7 +93,11 @@ def read_endpoints_file(path: str | Path) -> tuple[list[str], dict[str, int]]:
         data = json.loads(text)
     except ValueError as exc:
         raise EndpointsFileError(f"{p}: not JSON: {str(exc).splitlines()[0]}") from None
-    return parse_endpoints(data, str(p)), parse_capacities(data, str(p))
+    urls = parse_endpoints(data, str(p))
+    # credentials in the file (user:pw@, a token as the user) are this process's secrets from
+    # now on: a server quoting them in an error never gets them into a record, status or log
+    install_url_secrets(urls)
+    return urls, parse_capacities(data, str(p))
 
 
 def write_endpoints(

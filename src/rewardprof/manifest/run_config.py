@@ -7,9 +7,11 @@ rule reruns, and with it the stage, only when those sections change: a new
 for the record. The commands stay short: a path instead of the config as JSON text.
 
 Secrets are not written: API keys are never part of the config (`api_key_env` names a
-variable), and the user:password of every `base_url` (the engine's, a judge's) is masked in the
-files. The jobs get the real URLs from $REWARDPROF_URL_CREDENTIALS (`secret_env`, set by the
-workflow for its jobs; `rewardprof.core.redaction`); `load_stage_config` puts them back.
+variable), every value a `base_url` got from `${NAME}` is written back as `${NAME}`, and the
+user:password of every `base_url` (the engine's, a judge's) is masked in the files. The jobs get
+the masked URLs from $REWARDPROF_URL_CREDENTIALS (`secret_env`, set by the workflow for its
+jobs; `rewardprof.core.redaction`), which `load_stage_config` puts back, and each `${NAME}` from
+their environment.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from typing import Any
 
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
-from rewardprof.core.redaction import URL_CREDENTIALS_ENV, masked_urls, unmask_urls
-from rewardprof.manifest.load import load_config, validate_config
+from rewardprof.core.redaction import (
+    URL_CREDENTIALS_ENV,
+    masked_urls,
+    refuse_written_passwords,
+    unmask_urls,
+)
+from rewardprof.manifest.load import read_config_file, validate_config
 
 # The top-level sections each file holds besides `run` and `entries` (None: all of them).
 STAGE_SECTIONS: dict[str, tuple[str, ...] | None] = {
@@ -62,11 +69,12 @@ def secret_env(cfg: Config) -> dict[str, str]:
 
 def load_stage_config(path: str | Path) -> Config:
     """A config file of the run directory (or any YAML/JSON config) with the masked
-    user:password of its URLs restored from $REWARDPROF_URL_CREDENTIALS."""
-    cfg = load_config(path)
-    data = cfg.model_dump(mode="json")
-    unmasked = unmask_urls(data, origin=str(path))
-    return cfg if unmasked is data else validate_config(unmasked, origin=str(path))
+    user:password of its URLs restored from $REWARDPROF_URL_CREDENTIALS, then validated (each
+    `${NAME}` read from the environment again); a password written into the file is refused."""
+    data = read_config_file(path)
+    cfg = validate_config(unmask_urls(data, origin=str(path)), origin=str(path))
+    refuse_written_passwords(data, origin=str(path))
+    return cfg
 
 
 def write_stage_config(path: str | Path, text: str, log_path: str | Path) -> None:
