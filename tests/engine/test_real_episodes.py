@@ -13,13 +13,13 @@ import json
 import pandas as pd
 import pytest
 from engine_helpers import MODEL, models_dir
+from harness.nemo_gym_rows import DATA
 
 from rewardprof.core.kinds import FailureKind
 from rewardprof.engine.session import engine_session
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize, shard
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
-from tests.harness.nemo_gym_rows import DATA
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 from harness import shardkit as kit
+from harness.nemo_gym_rows import DATA
 
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments.episode import turn_seed
@@ -24,7 +25,6 @@ from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
-from tests.harness.nemo_gym_rows import DATA
 
 _ADD = re.compile(r"add (\d+)")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
+from harness.nemo_gym_rows import rows
 from rewardprof.environments.acting import ToolCall
 from rewardprof.environments.base import extract_messages
 from rewardprof.environments.episode import ChatReply
-from tests.harness.nemo_gym_rows import rows
 
 
 def recorded_turns(output: list[dict]) -> tuple[list[ChatReply], dict[str, str]]:

@@ -8,6 +8,7 @@ import json
 
 import jinja2
 import pytest
+from harness.nemo_gym_rows import DATA as NEMO_GYM
 
 from rewardprof.core.config import ConfigError
 from rewardprof.engine.client import ChatResult
@@ -16,7 +17,6 @@ from rewardprof.engine.tool_calling import TOOLS_TEMPLATE, tool_args
 from rewardprof.environments import make_environment
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.episodes import engine_chat
-from tests.harness.nemo_gym_rows import DATA as NEMO_GYM
 
 COUNTER = {"label": "c", "environment": "example_session_state_mgmt", "source": "c.jsonl"}
 MATH = {"label": "m", "environment": "math", "source": "m.jsonl"}

@@ -21,14 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-import rewardprof
-from rewardprof.environments import make_environment
-from rewardprof.environments.base import VerifyContext
-from rewardprof.environments.episode import run_episode
-from rewardprof.environments.nemo_math_with_code import MathWithCodeEnvironment, score
-from rewardprof.environments.sandbox import Limits, choose_mechanism
-from tests.harness.episode_replay import (
+from harness.episode_replay import (
     MATH_WITH_CODE_DIFFERS,
     MATH_WITH_CODE_REWARDS,
     differing_outputs,
@@ -36,6 +29,13 @@ from tests.harness.episode_replay import (
     recorded_turns,
     scripted,
 )
+
+import rewardprof
+from rewardprof.environments import make_environment
+from rewardprof.environments.base import VerifyContext
+from rewardprof.environments.episode import run_episode
+from rewardprof.environments.nemo_math_with_code import MathWithCodeEnvironment, score
+from rewardprof.environments.sandbox import Limits, choose_mechanism
 
 # recorded rollout -> indices of its calls whose outputs differ (see the module's docstring)
 STATELESS_DIFFERS = {4: [3, 17]}

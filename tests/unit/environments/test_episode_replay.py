@@ -8,17 +8,17 @@ import asyncio
 import json
 
 import pytest
-
-from rewardprof.environments import make_environment
-from rewardprof.environments.base import VerifyContext
-from rewardprof.environments.episode import ChatReply, run_episode
-from tests.harness.episode_replay import (
+from harness.episode_replay import (
     derived_counter_rows,
     matched_cases,
     recorded_turns,
     scripted,
 )
-from tests.harness.nemo_gym_rows import rows, task_row
+from harness.nemo_gym_rows import rows, task_row
+
+from rewardprof.environments import make_environment
+from rewardprof.environments.base import VerifyContext
+from rewardprof.environments.episode import ChatReply, run_episode
 
 
 def session_cases() -> list[tuple[dict, dict]]:
