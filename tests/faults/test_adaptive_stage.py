@@ -24,12 +24,9 @@ from harness.rounds import same_plans, shards_round_synchronous
 
 from rewardprof.decisions.adaptive import keep_at
 from rewardprof.stages import StagePaths, shard
-from rewardprof.stages.rollout.adaptive_rounds import (
-    load_priors,
-    read_plans,
-    write_priors,
-)
+from rewardprof.stages.rollout.adaptive_rounds import load_priors, write_priors
 from rewardprof.stages.rollout.shard_job import ShardJob, run_first_round, run_shard
+from rewardprof.store.plans import read_plans
 from rewardprof.testing.fake_server import FakeOpenAI
 
 K, TASKS = 8, 30

@@ -13,10 +13,10 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardprof.stages.rollout.adaptive_rounds import PLAN_KEY
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, rates
 from rewardprof.stages.rollout.progress import Progress
 from rewardprof.store.layout import RunLayout
+from rewardprof.store.plans import PLAN_KEY
 from rewardprof.store.schemas import ROLLOUT_SCHEMA, TASKS_SCHEMA
 from rewardprof.tools.status import collect, format_status
 from rewardprof.tools.status_eta import run_eta_s, startup_s, state_elapsed

@@ -34,7 +34,7 @@ from helpers import (
 )
 
 from rewardprof.manifest.load import load_overlaid
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
+from rewardprof.store.plans import read_plans
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.tools.status import collect, format_status
 

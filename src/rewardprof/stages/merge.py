@@ -25,8 +25,8 @@ from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
 from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.journal import scan_journal
+from rewardprof.store.plans import read_plans
 from rewardprof.store.shards import shard_of
 
 

@@ -32,8 +32,8 @@ from rewardprof.stages import StagePaths, StageReport
 from rewardprof.stages.adaptive_savings import savings
 from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.profile_summary import label_summary, overall_summary
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.jsonl import write_table_jsonl
+from rewardprof.store.plans import read_plans
 
 _ROLLOUT_COLS = [
     "task_index",

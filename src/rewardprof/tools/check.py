@@ -30,8 +30,8 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.store.layout import RunLayout
+from rewardprof.store.plans import read_plans
 from rewardprof.store.shards import parse_shard_name, shard_of
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.check_episodes import check_episodes

@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
 from rewardprof.core.redaction import redact
-from rewardprof.stages.rollout.adaptive_rounds import read_plans
 from rewardprof.stages.rollout.heartbeat import (
     eta_text,
     heartbeat_layouts,
@@ -37,6 +36,7 @@ from rewardprof.stages.rollout.heartbeat import (
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalScan, scan_journal
 from rewardprof.store.layout import RunLayout
+from rewardprof.store.plans import read_plans
 from rewardprof.store.shards import parse_shard_name, shard_of, shard_tag
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.status_eta import duration_text, run_eta_s, startup_s, state_elapsed

@@ -10,8 +10,8 @@ Failures: a rollout that failed in this job is known (the plan treats it as unkn
 is not retried in a loop); one that failed in an earlier attempt is retried, as in a fixed-K
 run.
 
-The plan is recorded in the shard output's Parquet metadata (PLAN_KEY: task_index, planned,
-stopped_early, keep per task), so merge, check and profile know how many rollouts a task
+The plan is recorded in the shard output's Parquet metadata (store/plans.py: task_index,
+planned, stopped_early, keep per task), so merge, check and profile know how many rollouts a task
 stopped at without the config.
 """
 
@@ -42,10 +42,9 @@ from rewardprof.decisions.warm_start import (
 )
 from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
+from rewardprof.store import plans
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import scan_journal
-
-PLAN_KEY = b"rewardprof.adaptive_plan"
 
 
 def settings_of(cfg: Config) -> AdaptiveSettings | None:
@@ -266,24 +265,7 @@ def missing_lists(plan_: Plan, records: Records) -> list[list[int]]:
 
 
 def plan_metadata(tasks: pd.DataFrame, plan_: Plan) -> dict[bytes, bytes]:
-    """The plan as Parquet key-value metadata of the shard output."""
-    body = {
-        "task_index": tasks["task_index"].astype(int).tolist(),
-        "planned": plan_.planned.astype(int).tolist(),
-        "stopped_early": plan_.stopped_early.astype(bool).tolist(),
-        "keep": plan_.keep.astype(bool).tolist(),
-    }
-    return {PLAN_KEY: json.dumps(body, separators=(",", ":")).encode()}
-
-
-def read_plans(paths: list[Path]) -> pd.DataFrame | None:
-    """task_index, planned, stopped_early, keep from the shard outputs (or the files of a
-    merged dataset); None when they were made without adaptive sampling."""
-    parts = []
-    for path in paths:
-        meta = pq.read_schema(path).metadata or {}
-        if PLAN_KEY in meta:
-            parts.append(pd.DataFrame(json.loads(meta[PLAN_KEY])))
-    if not parts:
-        return None
-    return pd.concat(parts, ignore_index=True).sort_values("task_index", ignore_index=True)
+    """The plan as Parquet key-value metadata of the shard output (store/plans.py)."""
+    return plans.plan_metadata(
+        tasks["task_index"].to_numpy(), plan_.planned, plan_.stopped_early, plan_.keep
+    )
