@@ -25,6 +25,7 @@ MISTYPED = {
     "example_session_state_mgmt": ("max_total_tokens", -5),
     "xlam_fc": ("max_tool_output_chars", "long"),
     "math_with_code": ("max_cells", "plenty"),
+    "ns_tools": ("exec_timeout_s", "a while"),
     "single_step_tool_use_with_argument_comparison": ("word_count_similarity_threshold", "x"),
 }
 

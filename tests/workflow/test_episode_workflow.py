@@ -1,5 +1,5 @@
 """NeMo Gym's recorded agent rollouts replayed through the whole workflow (L3 local): a blend
-of single-turn math and three environments that act, 2 shards, a scripted engine serving each
+of single-turn math and six environments that act, 2 shards, a scripted engine serving each
 recorded model turn; rewardprof runs the tools, and every tool output and reward in the merged
 rollouts and the profile equals the recorded one."""
 
@@ -36,6 +36,7 @@ ACTING = ("example_multi_step", "example_session_state_mgmt", "xlam_fc")
 # one turn judged as its action; its recordings are its task rows (they carry expected_action)
 SINGLE_STEP = "single_step_tool_use_with_argument_comparison"
 MATH_WITH_CODE = "math_with_code"  # its Python tool runs for real, in the sandbox
+NS_TOOLS = "ns_tools"  # NeMo Skills' IPython tool, for real in the sandbox: outputs as recorded
 
 
 def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
@@ -67,6 +68,11 @@ def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
             "num_repeats": 1,
             "options": {"max_steps": 40},  # the recordings ran longer than NeMo Gym's 3
         }
+    )
+    recordings += rows(NS_TOOLS, "example_rollouts.jsonl")
+    write_jsonl(tmp_path / "data" / "ns.jsonl", rows(NS_TOOLS, "example.jsonl"))
+    entries.append(
+        {"label": NS_TOOLS, "environment": NS_TOOLS, "source": "data/ns.jsonl", "num_repeats": 1}
     )
     return entries, recordings
 
@@ -106,7 +112,7 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
         s["label"]: s for s in json.loads((run / "profile/summary.json").read_text())["labels"]
     }
     assert summary["m"]["steps_histogram"] is None
-    for label in (*ACTING, SINGLE_STEP, MATH_WITH_CODE):
+    for label in (*ACTING, SINGLE_STEP, MATH_WITH_CODE, NS_TOOLS):
         hist = summary[label]["steps_histogram"]
         turns = [
             json.loads(e)["episode"]["steps"]
@@ -114,7 +120,21 @@ def test_recorded_agent_rollouts_replay_through_the_workflow(tmp_path):
         ]
         assert hist == {str(k): turns.count(k) for k in set(turns)}, label
     _assert_math_with_code_as_pinned(rollouts, tasks)
+    _assert_ns_tools_as_recorded(rollouts, tasks, recorded)
     _assert_check_knows_episodes(run, rollouts)
+
+
+def _assert_ns_tools_as_recorded(rollouts, tasks, recorded) -> None:
+    """Every IPython output byte for byte and every reward as recorded."""
+    done = rollouts[rollouts["label"] == NS_TOOLS]
+    assert len(done) == 5 and set(done["status"]) == {"ok"}
+    for rec in done.itertuples():
+        want = recorded[last_user(extract_messages(json.loads(tasks.loc[rec.task_index, "row"])))]
+        assert rec.reward == want["reward"], rec.task_index
+        _, outputs = recorded_turns(want["response"]["output"])
+        trajectory = json.loads(rec.extras)["trajectory"]
+        ran = {m["tool_call_id"]: m["content"] for m in trajectory if m["role"] == "tool"}
+        assert ran == outputs, rec.task_index
 
 
 def _assert_math_with_code_as_pinned(rollouts, tasks) -> None:
@@ -141,7 +161,7 @@ def _assert_check_knows_episodes(run, rollouts) -> None:
         capture_output=True,
         text=True,
     )
-    assert ok.returncode == 0 and f"({15 * 2 + 5 * 2 + 5} episodes)" in ok.stdout, ok.stdout
+    assert ok.returncode == 0 and f"({15 * 2 + 5 * 2 + 5 + 5} episodes)" in ok.stdout, ok.stdout
     part = next(  # the merged dataset's file that holds an xlam_fc episode with a call
         f
         for f in sorted((run / "rollouts.parquet").rglob("*.parquet"))

@@ -42,6 +42,7 @@ BUILTIN: dict[str, str] = {
     ),
     "xlam_fc": "rewardprof.environments.nemo_xlam_fc:XlamFcEnvironment",
     "math_with_code": "rewardprof.environments.nemo_math_with_code:MathWithCodeEnvironment",
+    "ns_tools": "rewardprof.environments.nemo_ns_tools:NsToolsEnvironment",
     "single_step_tool_use_with_argument_comparison": (
         "rewardprof.environments.nemo_single_step:SingleStepToolUseEnvironment"
     ),
