@@ -13,6 +13,7 @@ from rewardprof.manifest.load import validate_config
 JUDGE = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
 # options every built-in accepts as they are (llm_judge needs its endpoint)
 MINIMAL = {name: (dict(JUDGE) if name == "llm_judge" else {}) for name in BUILTIN}
+MINIMAL["nemo_gym"] = {"base_url": "http://127.0.0.1:9"}  # where its resource server is
 # a key of the right name with a value of the wrong type, per environment
 MISTYPED = {
     "math": ("timeout_s", "soon"),
@@ -26,6 +27,7 @@ MISTYPED = {
     "xlam_fc": ("max_tool_output_chars", "long"),
     "math_with_code": ("max_cells", "plenty"),
     "ns_tools": ("exec_timeout_s", "a while"),
+    "nemo_gym": ("request_timeout_s", "patiently"),
     "single_step_tool_use_with_argument_comparison": ("word_count_similarity_threshold", "x"),
 }
 

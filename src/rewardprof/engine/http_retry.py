@@ -120,7 +120,9 @@ ACCEPT_ENCODING = "gzip, deflate"
 
 
 def client_session(
-    connector: aiohttp.BaseConnector, headers: Mapping[str, str] | None = None
+    connector: aiohttp.BaseConnector,
+    headers: Mapping[str, str] | None = None,
+    cookie_jar: aiohttp.abc.AbstractCookieJar | None = None,
 ) -> aiohttp.ClientSession:
     """A session whose bodies `read_bounded` inflates itself: aiohttp's own decompression
     is off, so no reply is ever inflated past the caller's bound."""
@@ -128,6 +130,7 @@ def client_session(
         connector=connector,
         headers={"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})},
         auto_decompress=False,
+        cookie_jar=cookie_jar,
     )
 
 

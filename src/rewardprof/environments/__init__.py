@@ -43,6 +43,8 @@ BUILTIN: dict[str, str] = {
     "xlam_fc": "rewardprof.environments.nemo_xlam_fc:XlamFcEnvironment",
     "math_with_code": "rewardprof.environments.nemo_math_with_code:MathWithCodeEnvironment",
     "ns_tools": "rewardprof.environments.nemo_ns_tools:NsToolsEnvironment",
+    # any NeMo Gym resource server, over its HTTP protocol
+    "nemo_gym": "rewardprof.environments.nemo_gym_remote:NemoGymRemoteEnvironment",
     "single_step_tool_use_with_argument_comparison": (
         "rewardprof.environments.nemo_single_step:SingleStepToolUseEnvironment"
     ),

@@ -176,6 +176,22 @@ class ActingEnvironment(Environment[OptionsT]):
         """The state one episode starts from (a fresh copy per episode)."""
         return {}
 
+    async def start_episode(self, row: dict[str, Any], ctx: VerifyContext) -> dict[str, Any]:
+        """The state one episode starts from: `seed_state` (local and cheap); an environment
+        whose state lives elsewhere (a remote server's session) awaits it here. Raise
+        ToolFailure when it cannot be had."""
+        return self.seed_state(row)
+
+    async def run_tool(
+        self, name: str, arguments: dict[str, Any], state: dict[str, Any], ctx: VerifyContext
+    ) -> tuple[str, dict[str, Any]]:
+        """One call, never on the client's event loop: `call` in the verification pool. An
+        environment whose tools run elsewhere awaits them here instead; it raises as `call`
+        does, or TimeoutError."""
+        return await ctx.run_in_pool(
+            self.call, name, arguments, state, timeout_s=self.call_timeout_s()
+        )
+
     def call(
         self, name: str, arguments: dict[str, Any], state: dict[str, Any]
     ) -> tuple[str, dict[str, Any]]:  # pragma: no cover - abstract

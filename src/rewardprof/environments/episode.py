@@ -88,9 +88,7 @@ async def _one_call(
         detail = json.dumps({"detail": "arguments are not a JSON object"})
         return ToolResult(call, detail, "bad_arguments"), state
     try:
-        output, new_state = await ctx.run_in_pool(
-            env.call, call.name, arguments, state, timeout_s=env.call_timeout_s()
-        )
+        output, new_state = await env.run_tool(call.name, arguments, state, ctx)
     except KeyError:
         return ToolResult(call, NOT_FOUND_OUTPUT, "unknown_tool"), state
     except (ValueError, TypeError) as exc:
@@ -146,10 +144,12 @@ async def run_episode(
     limits = limits or EpisodeLimits()
     tools = env.tools(row)
     known = {t["function"]["name"] for t in tools}
+    try:
+        state = await env.start_episode(row, ctx)
+    except ToolFailure as exc:
+        raise EpisodeFailure("tool_error", f"the episode could not start: {exc}") from exc
     episode = Episode(
-        messages=[dict(m) for m in messages],
-        state=env.seed_state(row),
-        prompt_messages=len(messages),
+        messages=[dict(m) for m in messages], state=state, prompt_messages=len(messages)
     )
     tokens = 0
     for step in range(limits.max_steps):
