@@ -9,6 +9,9 @@ VENV ?= .venv
 # the engine (vLLM) lives in its own environment: its pins conflict with the core's
 # (docs/engine.md); serve mode finds it at .venv-engine/bin/python
 ENGINE_VENV ?= .venv-engine
+# NeMo Gym (its resource servers, which the tests run as remote servers) in a third environment:
+# it needs Python 3.13 (scripts/install-nemo-gym.sh)
+NEMO_GYM_VENV ?= .venv-nemo-gym
 BIN := $(VENV)/bin
 EXTRAS ?= test,slurm,environments,report
 SNAKEMAKE_ARGS ?=
@@ -18,7 +21,7 @@ PYTEST_ARGS ?=
 # time waiting. TEST_WORKERS=0 runs it in this process, one test at a time.
 TEST_WORKERS ?= 4
 
-.PHONY: bytecode run test test-fast test-functional test-workflow install install-engine install-train nltk-data lint clean-venv
+.PHONY: bytecode run test test-fast test-functional test-workflow install install-engine install-nemo-gym install-train nltk-data lint clean-venv
 
 $(VENV)/.core-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +52,12 @@ nltk-data: $(VENV)/.nltk-data-installed
 
 install-engine: $(ENGINE_VENV)/.engine-installed
 
+$(NEMO_GYM_VENV)/.nemo-gym-installed: scripts/install-nemo-gym.sh
+	bash scripts/install-nemo-gym.sh $(NEMO_GYM_VENV)
+	touch $@
+
+install-nemo-gym: $(NEMO_GYM_VENV)/.nemo-gym-installed
+
 # `rewardprof grpo-step` runs its optimizer step under the engine's interpreter: the engine install
 # already carries torch (CPU) and transformers for the model conversion, so training adds no third
 # environment and nothing to CI's install time (docs/training.md)
@@ -58,7 +67,8 @@ install-train: $(ENGINE_VENV)/.engine-installed
 run: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores all $(SNAKEMAKE_ARGS)
 
-test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed
+test: $(VENV)/.core-installed $(VENV)/.nltk-data-installed $(ENGINE_VENV)/.engine-installed \
+		$(NEMO_GYM_VENV)/.nemo-gym-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope \
 		$(PYTEST_ARGS)
 
@@ -82,4 +92,4 @@ lint: $(VENV)/.core-installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --lint
 
 clean-venv:
-	rm -rf $(VENV) $(ENGINE_VENV)
+	rm -rf $(VENV) $(ENGINE_VENV) $(NEMO_GYM_VENV)

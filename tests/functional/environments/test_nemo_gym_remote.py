@@ -1,7 +1,7 @@
 """nemo_gym (L1): a remote resource server spoken to over NeMo Gym's HTTP protocol. The server
 here is a stand-in written with aiohttp.web, in the test's own event loop, faithful to NeMo
 Gym's example_session_state_mgmt (a counter per session cookie), with faults injected per test;
-the real NeMo Gym server is exercised in tests/engine/test_nemo_gym_server.py."""
+NeMo Gym's own servers are exercised in test_nemo_gym_server.py."""
 
 from __future__ import annotations
 
