@@ -145,12 +145,15 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     engine `server`: config/config.yaml is the shipped default with `engine` replaced;
     my-blend.yaml and my-sweep.yaml are the manifests the docs name (my-sweep: `run:
     my-sweep`, `num_shards: 8`, math then mcq rows, K = 2); config/examples/replicas.yaml
-    balances over the fake engine under two URLs; .venv is this interpreter's."""
+    balances over the fake engine under two URLs; the NeMo Gym examples use the fake engine;
+    .venv is this interpreter's, .venv-nemo-gym the checkout's (when made)."""
     work = root / "checkout"
-    for name in ("rules", "profiles", "config", "data", "envs"):
+    for name in ("rules", "profiles", "config", "data", "envs", "scripts", "tests/data/nemo_gym"):
         shutil.copytree(REPO / name, work / name)
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     (work / ".venv").symlink_to(Path(sys.prefix))
+    if (REPO / ".venv-nemo-gym").exists():
+        (work / ".venv-nemo-gym").symlink_to((REPO / ".venv-nemo-gym").resolve())
     quick = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "verify_workers": 1}
     default = yaml.safe_load((REPO / "config/config.yaml").read_text())
     default["engine"] = _engine(server)
@@ -180,4 +183,10 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     }
     example["rollout"] = {**example.get("rollout", {}), **quick}
     replicas.write_text(yaml.safe_dump(example, sort_keys=False))
+    for name in ("nemo_gym.yaml", "nemo_gym_remote.yaml"):
+        path = work / "config/examples" / name
+        example = yaml.safe_load(path.read_text())
+        example["engine"] = _engine(server)
+        example["rollout"] = {**example.get("rollout", {}), **quick}
+        path.write_text(yaml.safe_dump(example, sort_keys=False))
     return work

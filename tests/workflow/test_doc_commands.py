@@ -33,6 +33,7 @@ from harness.doc_commands import (
     is_task3,
     scratch_checkout,
 )
+from helpers import require_piece
 
 from rewardprof.testing.fake_server import FakeOpenAI
 
@@ -101,6 +102,9 @@ class Scenario:
             assert (self.work / html).stat().st_size > 10_000
         if command.startswith("rewardprof check"):
             assert result.stdout.startswith("ok:"), out[-2000:]
+        if "nemo_gym_remote.yaml" in command:  # NeMo Gym's own server verified every episode
+            remote = pd.read_parquet(self.work / "results/nemo-gym-remote/rollouts.parquet")
+            assert len(remote) == 5 * 4 and remote["status"].eq("ok").all(), out[-3000:]
 
     def finish(self) -> None:
         """What the README's commands left behind, when they ran."""
@@ -114,6 +118,8 @@ class Scenario:
 
 @pytest.mark.parametrize("doc", _runnable_docs(), ids=lambda p: str(p.relative_to(REPO)))
 def test_documented_commands_run_verbatim(doc, tmp_path):
+    if any("nemo-gym-server.sh" in c for b in blocks(doc) if b.mark is None for c in b.commands()):
+        require_piece("NeMo Gym", (REPO / ".venv-nemo-gym").exists(), "make install-nemo-gym")
     with FakeOpenAI() as server:
         work = scratch_checkout(tmp_path, server)
         scenario = Scenario(server, work)

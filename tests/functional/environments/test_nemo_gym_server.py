@@ -14,7 +14,6 @@ import json
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from harness.episode_replay import derived_counter_rows, matched_cases, recorded_turns, scripted
@@ -26,7 +25,7 @@ from rewardprof.environments.base import VerifyContext
 from rewardprof.environments.episode import run_episode
 
 PYTHON = REPO / ".venv-nemo-gym" / "bin" / "python"
-LAUNCHER = Path(__file__).resolve().parents[2] / "harness" / "nemo_gym_server.py"
+LAUNCHER = REPO / "scripts" / "nemo_gym_server.py"
 
 
 def _free_port() -> int:

@@ -1,6 +1,7 @@
-"""Start one of NeMo Gym's own resource servers from its wheel, as a test's remote server.
+"""Serve one NeMo Gym resource server, for the `nemo_gym` environment (docs/environments.md).
 
-Run with the NeMo Gym environment's interpreter (scripts/install-nemo-gym.sh), never imported:
+Run with the NeMo Gym environment's interpreter (scripts/install-nemo-gym.sh; usually through
+scripts/nemo-gym-server.sh), never imported by rewardprof:
 `python nemo_gym_server.py resources_servers.example_session_state_mgmt.app PORT`. It builds the
 module's resource server class with its config class, as NeMo Gym's `run_webserver` does, but
 without NeMo Gym's head server and global configuration (one server alone needs neither), and
