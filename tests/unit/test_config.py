@@ -169,3 +169,37 @@ def test_strict_types_still_take_what_yaml_gives(tmp_path):
     p.write_text('entries: [{label: m, environment: math, source: x.jsonl, num_repeats: "4"}]\n')
     with pytest.raises(ConfigError, match=r"c\.yaml: entries\[0\]\.num_repeats: .*valid integer"):
         load_config(p)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        # a newline would add a line of its own to the fleet's sbatch script
+        ("fleet", "sbatch_args", ["--time=60\ntouch PWNED"]),
+        ("fleet", "sbatch_args", ["--partition=gpu\r#SBATCH --uid=0"]),
+        ("engine", "serve_args", ["--max-num-seqs", "32\x00"]),
+        ("engine", "serve_env", {"VLLM_X": "1\nexport LD_PRELOAD=/tmp/x.so"}),
+        ("engine", "serve_env", {"A\tB": "1"}),
+        ("engine", "model", "my/model\u2028rm -rf ~"),
+        ("engine", "served_model_name", "policy\x1b[2J"),
+        ("engine", "host", "0.0.0.0\x7f"),
+    ],
+)
+def test_control_characters_never_reach_a_generated_script(section, key, value):
+    message = _err({"entries": [ENTRY], section: {key: value}})
+    assert f"{section}.{key}" in message and "control character U+" in message, message
+    assert "\n" not in message.strip()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("fleet", "sbatch_args", ["--time=60", "--gres=gpu:8", "--comment=a b c"]),
+        ("engine", "serve_args", ["--max-num-seqs", "32", "--chat-template={{x}}"]),
+        ("engine", "serve_env", {"VLLM_CPU_KVCACHE_SPACE": "1", "NAME": "ünïcode ok"}),
+        ("engine", "model", "Qwen/Qwen3-8B"),
+    ],
+)
+def test_one_line_values_pass(section, key, value):
+    cfg = validate_config({"entries": [ENTRY], section: {key: value}})
+    assert getattr(getattr(cfg, section), key) == value

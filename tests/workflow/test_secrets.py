@@ -260,3 +260,59 @@ def test_basic_auth_quoted_by_the_server_is_never_written(tmp_path):
     for needle in (password, pair, b64):
         assert _files_containing(tmp_path, needle.encode()) == [], needle
         assert not [o for o in outputs if needle in o], needle
+
+
+def test_a_url_path_token_and_endpoints_file_credentials_are_never_written(tmp_path):
+    """A token expanded from ${NAME} in the URL's path (a gateway's https://host/TOKEN/v1): used
+    by every request, found in no file under the working directory and in no printed output.
+    Then replicas from an endpoints file with user:password in their URL, the server quoting the
+    Authorization header in a 500 for one task: the records hold the mask, no file the run
+    wrote holds the password, the pair or its base64 (the endpoints file is the user's own,
+    kept outside the working directory)."""
+    import base64
+
+    token = f"tok-PATH-SENTINEL-{secrets.token_hex(8)}"
+    password = f"pw-ENDPOINTS-SENTINEL-{secrets.token_hex(8)}"
+    pair = f"rp-user:{password}"
+    b64 = base64.b64encode(pair.encode()).decode()
+    kit.write_source(tmp_path / "data/m.jsonl", 3)
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 2}]
+    outputs = []
+    with FakeOpenAI(kit.answer) as server:
+        url = server.base_url.replace("/v1", "/${RP_PATH_TOKEN}/v1")
+        config = write_config(tmp_path, endpoint_config(url, entries, num_shards=1))
+        r = snakemake(tmp_path, "-p", "--configfile", str(config), env={"RP_PATH_TOKEN": token})
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        assert server.stats[f"prefix:{token}"] >= 2  # every request went through the token
+    assert "${RP_PATH_TOKEN}" in config.read_text()
+    failing = kit.question(1)
+    outside = tmp_path.parent / f"{tmp_path.name}-endpoints"
+    outside.mkdir()
+    with FakeOpenAI(kit.answer, basic_auth=("rp-user", password)) as server:
+        server.fault_fn = lambda body: "auth_echo" if failing in str(body["messages"]) else None
+        endpoints = outside / "endpoints.json"
+        creds = server.base_url.replace("http://", f"http://{pair}@")
+        endpoints.write_text(f'{{"endpoints": ["{creds}"]}}')
+        cfg = endpoint_config(
+            server.base_url,
+            entries,
+            num_shards=1,
+            run="t2",
+            rollout={"max_failed_fraction": 1.0, "max_attempts": 2},
+        )
+        cfg["engine"] = {
+            "mode": "endpoint",
+            "endpoints_file": str(endpoints),
+            "model": "fake-model",
+        }
+        config = write_config(tmp_path, cfg)
+        r = snakemake(tmp_path, "-p", "--configfile", str(config))
+        outputs.append(r.stdout + r.stderr)
+        assert r.returncode == 0, outputs[-1][-3000:]
+        assert server.stats["auth_ok"] >= 2 and server.stats["fault:auth_echo"] == 2
+    failed = pd.read_parquet(tmp_path / "results/t2/rollouts.parquet").query("status != 'ok'")
+    assert len(failed) == 2 and failed["error"].str.contains(r"HTTP 500: .*\[REDACTED\]").all()
+    for needle in (token, password, pair, b64):
+        assert _files_containing(tmp_path, needle.encode()) == [], needle
+        assert not [o for o in outputs if needle in o], needle

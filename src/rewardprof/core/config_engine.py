@@ -8,14 +8,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
-from rewardprof.core.config_types import HttpUrl, PlainPath, StrictModel
+from rewardprof.core.config_types import HttpUrl, OneLine, PlainPath, StrictModel
 from rewardprof.core.limits import small_structure
 
 
 class Engine(StrictModel):
     mode: Literal["serve", "endpoint"] = "serve"
     """serve: start vLLM inside the rollout job; endpoint: use base_url."""
-    model: str = "builtin:smollm2-135m"
+    model: OneLine = "builtin:smollm2-135m"
     """builtin:<name>, or a model path/name for vLLM."""
     base_url: HttpUrl | list[HttpUrl] | None = None
     """Endpoint mode: e.g. http://127.0.0.1:8000/v1, or a list of URLs that all serve the same
@@ -51,9 +51,9 @@ class Engine(StrictModel):
     replica_failures_out: PositiveInt = 3
     """Several replicas: consecutive failed attempts (5xx, timeouts) that take a replica out; a
     connection refused or cut takes it out at once."""
-    served_model_name: str | None = None
+    served_model_name: OneLine | None = None
     """Model name sent in requests (default: derived from `model`)."""
-    api_key_env: str | None = None
+    api_key_env: OneLine | None = None
     """Name of the environment variable that holds the API key."""
     max_n: Annotated[int, Field(ge=1)] = 16
     """Most samples asked for in one request (n); 1 sends one per rollout."""
@@ -64,7 +64,7 @@ class Engine(StrictModel):
     completion_tokens is exact per rollout. null: true in serve mode (always vLLM), false in
     endpoint mode (other providers may reject the field; set true for a vLLM endpoint). Without ids
     a request's usage total is split by text length (completion_tokens_source 'apportioned')."""
-    serve_args: list[str] = Field(default_factory=list)
+    serve_args: list[OneLine] = Field(default_factory=list)
     """Extra command-line arguments for the vLLM server."""
     tool_call_parser: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     """Serve mode: vLLM's tool-call parser for the model (e.g. hermes, llama3_json), started
@@ -72,14 +72,14 @@ class Engine(StrictModel):
     text only. Required in serve mode when an entry's environment acts (episodes). A builtin
     model is then served with rewardprof's ChatML template that lists the tools (its own knows
     none)."""
-    serve_env: dict[str, str] = Field(default_factory=dict)
+    serve_env: dict[OneLine, OneLine] = Field(default_factory=dict)
     """Extra environment variables for the vLLM server."""
     startup_timeout_s: PositiveFloat = 900
     """How long serve mode waits for the server to become ready."""
     python: PlainPath | None = None
     """Serve mode: the Python interpreter that has vLLM (the engine's venv). Default:
     $REWARDPROF_ENGINE_PYTHON, else .venv-engine/bin/python, else this one."""
-    host: str = "127.0.0.1"
+    host: OneLine = "127.0.0.1"
     """Serve mode: address the server binds to; the client in the same job connects there (127.0.0.1
     keeps it private to the node). A fleet on Slurm needs 0.0.0.0: its replicas are published
     with their node's host name for rollout jobs on other nodes."""
@@ -112,7 +112,7 @@ class Fleet(StrictModel):
     """vLLM servers the fleet runs (each one `engine.serve_args` shape)."""
     launcher: Literal["local", "slurm"] = "local"
     """local: background processes on this machine; slurm: one long-lived sbatch job."""
-    sbatch_args: list[str] = Field(default_factory=list)
+    sbatch_args: list[OneLine] = Field(default_factory=list)
     """launcher slurm: extra sbatch arguments (partition, --gres, --time, ...)."""
     restarts: Annotated[int, Field(ge=0)] = 2
     """Times a replica that died is started again before the fleet runs without it."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 import urllib.parse
 from typing import Annotated
 
@@ -46,6 +47,24 @@ def _plain_path(value: str) -> str:
 
 
 PlainPath = Annotated[str, AfterValidator(_plain_path)]
+
+# what ends or bends a line of a generated script: C0/C1 controls, DEL, Unicode's line breaks
+_LINE_BREAKERS = {"\u2028", "\u2029"}
+
+
+def _one_line(value: str) -> str:
+    bad = next((c for c in value if unicodedata.category(c) == "Cc" or c in _LINE_BREAKERS), None)
+    if bad is not None:
+        raise ValueError(
+            f"has the control character U+{ord(bad):04X} at {value.index(bad)}: the value reaches "
+            "a generated script or command line; write it on one line, without control characters"
+        )
+    return value
+
+
+# A value that reaches a generated script or a command line (sbatch lines, vLLM's arguments and
+# environment): one line of printable text, so no value can add a line of its own
+OneLine = Annotated[str, AfterValidator(_one_line)]
 
 
 # `${NAME}` in a URL: that environment variable's value (see HttpUrl)

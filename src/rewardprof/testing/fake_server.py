@@ -121,6 +121,18 @@ class FakeOpenAI(BackgroundServer):
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        # the same API under one path segment (a gateway's https://host/<token>/v1): the
+        # segments seen are counted in stats as `prefix:<segment>`
+        app.router.add_get("/{prefix}/health", self._health)
+        app.router.add_get("/{prefix}/v1/models", self._prefixed(self._models))
+        app.router.add_post("/{prefix}/v1/chat/completions", self._prefixed(self._chat))
+
+    def _prefixed(self, handler):
+        async def counted(request: web.Request) -> web.StreamResponse:
+            self.stats[f"prefix:{request.match_info['prefix']}"] += 1
+            return await handler(request)
+
+        return counted
 
     def release(self) -> None:
         """Let every request held by a `hold` fault (now or later) be served."""
