@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -14,6 +13,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 from harness import shardkit as kit
+from harness.episode_replay import counter_policy
 from harness.nemo_gym_rows import DATA
 
 from rewardprof.engine.session import Endpoint
@@ -25,37 +25,6 @@ from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
 from rewardprof.testing.fake_server import FakeOpenAI
-
-_ADD = re.compile(r"add (\d+)")
-
-
-def counter_policy(body: dict) -> list[dict] | None:
-    """The fake model of the counter task: first turn, one increment per "add N" (one too many
-    when the episode's seed % 3 == 0); second turn, read the counter; then answer in text."""
-    messages = body["messages"]
-    turns = sum(1 for m in messages if m["role"] == "assistant")
-    user = [m["content"] for m in messages if m["role"] == "user"][-1]
-    if turns == 0:
-        counts = [int(n) for n in _ADD.findall(user)]
-        if body["seed"] % 3 == 0:
-            counts[-1] += 1
-        return [
-            {
-                "id": f"call_{i}",
-                "type": "function",
-                "function": {"name": "increment_counter", "arguments": json.dumps({"count": c})},
-            }
-            for i, c in enumerate(counts)
-        ]
-    if turns == 1:
-        return [
-            {
-                "id": "call_get",
-                "type": "function",
-                "function": {"name": "get_counter_value", "arguments": "{}"},
-            }
-        ]
-    return None
 
 
 def blend(tmp_path, base_url: str, num_repeats: int = 3):

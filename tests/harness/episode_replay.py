@@ -6,6 +6,7 @@ test_episode_workflow.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 from harness.nemo_gym_rows import rows
 from rewardprof.environments.acting import ToolCall
@@ -121,3 +122,35 @@ def differing_outputs(calls: list[tuple[str, str]], recorded: dict[str, str]) ->
             json.loads(output)[f] != json.loads(recorded[call_id])[f] for f in PYTHON_TOOL_FIELDS
         )
     ]
+
+
+_ADD = re.compile(r"add (\d+)")
+
+
+def counter_policy(body: dict) -> list[dict] | None:
+    """The fake model of the counter task: first turn, one increment per "add N" (one too many
+    when the episode's seed % 3 == 0); second turn, read the counter; then answer in text."""
+    messages = body["messages"]
+    turns = sum(1 for m in messages if m["role"] == "assistant")
+    user = [m["content"] for m in messages if m["role"] == "user"][-1]
+    if turns == 0:
+        counts = [int(n) for n in _ADD.findall(user)]
+        if body["seed"] % 3 == 0:
+            counts[-1] += 1
+        return [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": "increment_counter", "arguments": json.dumps({"count": c})},
+            }
+            for i, c in enumerate(counts)
+        ]
+    if turns == 1:
+        return [
+            {
+                "id": "call_get",
+                "type": "function",
+                "function": {"name": "get_counter_value", "arguments": "{}"},
+            }
+        ]
+    return None

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
 from rewardprof.core.redaction import redact
+from rewardprof.environments import get_environment_class
 from rewardprof.stages.rollout.heartbeat import (
     eta_text,
     heartbeat_layouts,
@@ -65,11 +66,12 @@ def _num_shards(layout: RunLayout, given: int | None) -> int:
 
 
 def _shard_tasks(layout: RunLayout, n: int) -> pd.DataFrame:
-    """task_index, task_id, num_repeats, shard of every task: from the materialized table (the
-    plan is whole before any shard file or output exists), else from the shard files."""
+    """task_index, task_id, num_repeats, shard of every task (and label, environment when the
+    materialized table is there): from the materialized table (the plan is whole before any
+    shard file or output exists), else from the shard files."""
     if layout.tasks.exists():
-        t = pq.read_table(layout.tasks, columns=["task_index", "task_id", "num_repeats"])
-        t = t.to_pandas()
+        columns = ["task_index", "task_id", "num_repeats", "label", "environment"]
+        t = pq.read_table(layout.tasks, columns=columns).to_pandas()
         return t.assign(shard=shard_of(t["task_index"], n))
     parts = []
     for i in range(n):
@@ -160,6 +162,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
     for s in shards:
         failures.update(s["failures"])
     return {
+        "episodes": _episodes(tasks, winners),
         "replicas": replicas_of(beats.values(), now),
         "run_dir": str(layout.root),
         "num_shards": n,
@@ -179,6 +182,32 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         "shards": shards,
         "taken_at": now,
     }
+
+
+def _episodes(tasks: pd.DataFrame, winners: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per entry whose environment acts: episodes finished (journaled whole) of those expected,
+    and how many were scored; an episode under way is not journaled until it ends."""
+    if "environment" not in tasks.columns:
+        return []
+    out = []
+    for (label, env), group in tasks.groupby(["label", "environment"], sort=True):
+        try:
+            acts = getattr(get_environment_class(env), "acts", False)
+        except KeyError:  # a plugin not installed here: status still reports the rest
+            acts = False
+        if not acts:
+            continue
+        mine = winners[winners["task_index"].isin(group["task_index"])] if len(winners) else winners
+        out.append(
+            {
+                "label": label,
+                "environment": env,
+                "done": len(mine),
+                "expected": int(group["num_repeats"].sum()),
+                "ok": int((mine["status"] == OK).sum()) if len(mine) else 0,
+            }
+        )
+    return out
 
 
 def _adaptive_plan(shard_output: Path) -> dict[str, int] | None:
@@ -264,6 +293,13 @@ def format_status(st: dict[str, Any]) -> str:
             f"{r['url']:<40} {r['state'] or '?':<9} {r['in_flight']:>9} {r['done']:>8} "
             f"{r['errors']:>7}"
             for r in st["replicas"]
+        ]
+    if st.get("episodes"):
+        lines += ["", f"{'episodes of':<24} {'environment':<34} {'done/expected':>15} {'ok':>6}"]
+        lines += [
+            f"{e['label']:<24} {e['environment']:<34} {e['done']:>7}/{e['expected']:<7} "
+            f"{e['ok']:>6}"
+            for e in st["episodes"]
         ]
     problems = [s for s in st["shards"] if s["state"] in ("failed", "stopped", "lost")]
     if problems:
