@@ -69,6 +69,10 @@ class SimSettings:
     lengths: LengthModel = field(default_factory=LengthModel)
     answers: dict[str, str] = field(default_factory=dict)
     stats_path: Path | None = None
+    # a request that offers tools is answered with a call of its first tool (after the same
+    # simulated reasoning) until the conversation holds this many assistant turns: an agent's
+    # episode of tool_turns calls and a final answer (benchmarks/bench_episodes.py)
+    tool_turns: int = 0
 
     def batch_model(self) -> BatchModel:
         return BatchModel(
@@ -207,7 +211,19 @@ class SimEngine(BackgroundServer):
                 choices.append((completion_text(prompt, sj, out, s.answers), "stop", out))
         self.counts["choices"] += n
         ids = bool(body.get("return_token_ids"))
-        return web.json_response(chat_completion(body["model"], choices, len(prompt.split()), ids))
+        reply = chat_completion(body["model"], choices, len(prompt.split()), ids)
+        turns = sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
+        if body.get("tools") and turns < s.tool_turns:
+            name = body["tools"][0]["function"]["name"]
+            for choice in reply["choices"]:
+                if choice["finish_reason"] == "stop":
+                    call = {"name": name, "arguments": "{}"}
+                    call_id = f"call_{rid}_{choice['index']}_{turns}"
+                    choice["message"]["tool_calls"] = [
+                        {"id": call_id, "type": "function", "function": call}
+                    ]
+                    choice["finish_reason"] = "tool_calls"
+        return web.json_response(reply)
 
     # ---- the batch ---------------------------------------------------------------------------
     def _deliver(self) -> None:
