@@ -54,7 +54,7 @@ install-engine: $(ENGINE_VENV)/.engine-installed
 
 $(NEMO_GYM_VENV)/.nemo-gym-installed: scripts/install-nemo-gym.sh
 	bash scripts/install-nemo-gym.sh $(NEMO_GYM_VENV)
-	touch $@
+	if test -x $(NEMO_GYM_VENV)/bin/python; then touch $@; fi
 
 install-nemo-gym: $(NEMO_GYM_VENV)/.nemo-gym-installed
 

@@ -15,8 +15,11 @@ if [[ -z "$python" ]] && command -v pyenv >/dev/null; then
 fi
 [[ -z "$python" ]] && python="$(command -v python3.13 || true)"
 if [[ -z "$python" ]]; then
-  echo "install-nemo-gym: no Python 3.13 found (set NEMO_GYM_PYTHON to one)" >&2
-  exit 1
+  # a developer machine without Python 3.13: the tests that need NeMo Gym skip (under CI=true
+  # they fail), everything else runs
+  echo "install-nemo-gym: no Python 3.13 found (set NEMO_GYM_PYTHON to one); NeMo Gym not installed" >&2
+  [[ "${CI:-}" == "true" ]] && exit 1
+  exit 0
 fi
 test -x "$venv/bin/python" || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --disable-pip-version-check -q --ignore-requires-python \
