@@ -18,6 +18,7 @@ from rewardprof.manifest.load import validate_config
 ENTRY = {"label": "m", "environment": "math", "source": "x.jsonl"}
 JUDGE = {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}
 MINIMAL = {name: (dict(JUDGE) if name == "llm_judge" else {}) for name in BUILTIN}
+MINIMAL["nemo_gym"] = {"base_url": "http://127.0.0.1:9"}  # where its resource server is
 
 
 def _err(data: dict) -> str:

@@ -28,20 +28,11 @@ import math
 import random
 from typing import Any
 
-import aiohttp
 from pydantic import PositiveFloat, PositiveInt
 
 from rewardprof.core.config_types import HttpUrl, RetryOptions
 from rewardprof.core.kinds import FailureKind
 from rewardprof.core.redaction import redact
-from rewardprof.engine.http_retry import (
-    AttemptError,
-    RetryPolicy,
-    client_session,
-    read_bounded,
-    retry_after_s,
-    with_retries,
-)
 from rewardprof.environments.acting import ActingEnvironment, Episode, ToolFailure
 from rewardprof.environments.base import Verdict, VerifyContext
 from rewardprof.environments.options import EpisodeOptions
@@ -78,11 +69,14 @@ class NemoGymRemoteEnvironment(ActingEnvironment[NemoGymRemoteOptions]):
     def __init__(self, options: dict[str, Any] | NemoGymRemoteOptions | None = None):
         super().__init__(options)
         self.root = str(self.options.base_url).rstrip("/")
-        self.policy = RetryPolicy.of(self.options)
         self._rng = random.Random()
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Any = None  # an aiohttp.ClientSession, made on first use
 
-    def _http(self) -> aiohttp.ClientSession:
+    def _http(self) -> Any:
+        import aiohttp  # lazy: config validation imports this module for its options
+
+        from rewardprof.engine.http_retry import client_session  # lazy: aiohttp
+
         if self._session is None:
             # no cookie jar of the session's own: each episode carries its cookies itself
             self._session = client_session(
@@ -92,13 +86,20 @@ class NemoGymRemoteEnvironment(ActingEnvironment[NemoGymRemoteOptions]):
 
     async def _post(self, path: str, body: Any, cookies: dict[str, str], safe: bool) -> _Reply:
         """One POST with retries where they are safe; AttemptError when it gets no answer."""
+        from rewardprof.engine.http_retry import RetryPolicy, with_retries  # lazy: aiohttp
 
         async def attempt(n: int) -> _Reply:
             return await self._attempt(path, body, cookies, safe)
 
-        return await with_retries(attempt, self.policy, self._rng)
+        return await with_retries(attempt, RetryPolicy.of(self.options), self._rng)
 
     async def _attempt(self, path: str, body: Any, cookies: dict[str, str], safe: bool) -> _Reply:
+        import aiohttp  # lazy: config validation imports this module for its options
+
+        from rewardprof.engine import http_retry as h  # lazy: aiohttp
+
+        AttemptError = h.AttemptError  # noqa: N806  # the class, under its own name
+        read_bounded, retry_after_s = h.read_bounded, h.retry_after_s
         timeout = self.options.request_timeout_s
         try:
             async with self._http().post(
@@ -128,6 +129,8 @@ class NemoGymRemoteEnvironment(ActingEnvironment[NemoGymRemoteOptions]):
             raise AttemptError(FailureKind.CONNECTION_ERROR, detail, safe) from None
 
     async def start_episode(self, row: dict[str, Any], ctx: VerifyContext) -> dict[str, Any]:
+        from rewardprof.engine.http_retry import AttemptError  # lazy: aiohttp
+
         try:
             reply = await self._post("seed_session", row, {}, safe=True)
         except AttemptError as exc:
@@ -139,6 +142,8 @@ class NemoGymRemoteEnvironment(ActingEnvironment[NemoGymRemoteOptions]):
     async def run_tool(
         self, name: str, arguments: dict[str, Any], state: dict[str, Any], ctx: VerifyContext
     ) -> tuple[str, dict[str, Any]]:
+        from rewardprof.engine.http_retry import AttemptError  # lazy: aiohttp
+
         try:
             reply = await self._post(name, arguments, state["cookies"], safe=False)
         except AttemptError as exc:
@@ -155,6 +160,8 @@ class NemoGymRemoteEnvironment(ActingEnvironment[NemoGymRemoteOptions]):
     async def verify_episode(
         self, row: dict[str, Any], episode: Episode, ctx: VerifyContext
     ) -> Verdict:
+        from rewardprof.engine.http_retry import AttemptError  # lazy: aiohttp
+
         body = {**row, "response": response_object(row, episode)}
         cookies = episode.state.get("cookies", {})
         try:

@@ -46,6 +46,19 @@ def chat_completion(
     }
 
 
+def call_first_tool(reply: dict[str, Any], name: str, tag: str) -> None:
+    """Turn each finished choice of `reply` into a call of tool `name` (no arguments), as a
+    model that acts answers a turn: `tool_calls`, finish_reason `tool_calls`."""
+    for choice in reply["choices"]:
+        if choice["finish_reason"] == "stop":
+            call = {"name": name, "arguments": "{}"}
+            call_id = f"call_{tag}_{choice['index']}"
+            choice["message"]["tool_calls"] = [
+                {"id": call_id, "type": "function", "function": call}
+            ]
+            choice["finish_reason"] = "tool_calls"
+
+
 class BackgroundServer:
     """Serves `routes(app)` on host:port (port 0: a free one) from a daemon thread.
 

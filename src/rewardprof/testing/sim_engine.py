@@ -21,7 +21,8 @@ N replicas, each its own process on a free port, their URLs written to an endpoi
   rerun gives identical completions and rewards. The right answer is the `answers` entry whose
   key the prompt contains, else the sum of the prompt's last `a + b`; a wrong one is the right
   one + 1. A sample longer than `max_tokens` is cut there (finish_reason `length`, no answer).
-  `usage` carries the simulated token counts.
+  `usage` carries the simulated token counts. With `tool_turns`, a request offering tools and
+  holding fewer assistant turns is answered with a call of its first tool instead (an agent).
 - Admission: with `max_waiting`, a request that would queue more sequences than that is
   answered 503 with `Retry-After: 1` (the client retries it); without, it queues.
 - `load_s`: simulated model load; /health answers 503 until it has passed.
@@ -51,6 +52,7 @@ from pathlib import Path
 from aiohttp import web
 
 from rewardprof.engine.host import die_with_parent, http_get_json
+from rewardprof.testing import openai_http as oai
 from rewardprof.testing.openai_http import BackgroundServer, chat_completion, request_prompt
 from rewardprof.testing.sim_batching import BatchModel, LengthModel, solves
 
@@ -69,9 +71,6 @@ class SimSettings:
     lengths: LengthModel = field(default_factory=LengthModel)
     answers: dict[str, str] = field(default_factory=dict)
     stats_path: Path | None = None
-    # a request that offers tools is answered with a call of its first tool (after the same
-    # simulated reasoning) until the conversation holds this many assistant turns: an agent's
-    # episode of tool_turns calls and a final answer (benchmarks/bench_episodes.py)
     tool_turns: int = 0
 
     def batch_model(self) -> BatchModel:
@@ -89,11 +88,9 @@ def right_answer(prompt: str, answers: dict[str, str]) -> str | None:
 
 
 def completion_text(prompt: str, seed: int | None, tokens: int, answers: dict) -> str:
-    right = right_answer(prompt, answers)
+    shown = right = right_answer(prompt, answers)
     if right is None or not solves(prompt, seed):
         shown = str(int(right) + 1) if right and right.lstrip("-").isdigit() else "?"
-    else:
-        shown = right
     return f"(simulated reasoning: {tokens} tokens) The answer is \\boxed{{{shown}}}."
 
 
@@ -213,16 +210,8 @@ class SimEngine(BackgroundServer):
         ids = bool(body.get("return_token_ids"))
         reply = chat_completion(body["model"], choices, len(prompt.split()), ids)
         turns = sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
-        if body.get("tools") and turns < s.tool_turns:
-            name = body["tools"][0]["function"]["name"]
-            for choice in reply["choices"]:
-                if choice["finish_reason"] == "stop":
-                    call = {"name": name, "arguments": "{}"}
-                    call_id = f"call_{rid}_{choice['index']}_{turns}"
-                    choice["message"]["tool_calls"] = [
-                        {"id": call_id, "type": "function", "function": call}
-                    ]
-                    choice["finish_reason"] = "tool_calls"
+        if body.get("tools") and turns < s.tool_turns:  # an agent's turn: a call, not the answer
+            oai.call_first_tool(reply, body["tools"][0]["function"]["name"], f"{rid}_{turns}")
         return web.json_response(reply)
 
     # ---- the batch ---------------------------------------------------------------------------
