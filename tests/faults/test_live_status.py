@@ -16,6 +16,7 @@ import signal
 import time
 
 import pytest
+import yaml
 from harness import shardkit as kit
 from harness.live_run import beat, rollout_job, run_dir, status_cli, wait_for
 
@@ -91,9 +92,15 @@ def test_the_rate_of_a_killed_attempt_carries_into_the_next(tmp_path, server):
     killed = collect(layout.root)["shards"][0]  # its heartbeat as the kill left it
     assert killed["rollouts_per_s"] > 0
 
-    # the next attempt, held before its first answer: its rate is the killed attempt's
+    # the next attempt, held before its first answer: its rate is the killed attempt's. It
+    # samples every 10 s, so its held samples cannot push the killed attempt's out of the
+    # window (40 samples) while the status command below starts, however loaded the machine
+    slow = config.with_name("run-slow-beat.yaml")
+    data = yaml.safe_load(config.read_text())
+    data["rollout"]["progress_interval_s"] = 10.0
+    slow.write_text(yaml.safe_dump(data))
     server.hold_after(0)
-    job = rollout_job(layout, config, 0, tmp_path / "logs/0.2.log")
+    job = rollout_job(layout, slow, 0, tmp_path / "logs/0.2.log")
     try:
         wait_for(lambda: server.gate_held >= 1, "the next attempt's first request, held")
         row = collect(layout.root)["shards"][0]
