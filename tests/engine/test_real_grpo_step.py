@@ -1,6 +1,9 @@
 """L3: one real GRPO optimizer step of the embedded model (torch on CPU, the engine's interpreter)
-on the checked-in two-row fixture (one accepted, one rejected rollout) and on a batch whose only
-task the profile dropped (a control that must not move the policy)."""
+on the checked-in two-row fixture (one accepted, one rejected rollout), on a batch whose only
+task the profile dropped (a control that must not move the policy), and on a profiled run's
+export: the real Snakefile profiles scripted answers (a fake engine, so which tasks carry signal
+is known by construction; the verifier, profile and export are the real ones), then grpo-step
+reads RUN_DIR's export and its dropped tasks as controls."""
 
 import json
 import math
@@ -11,17 +14,21 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import MODEL, models_dir, require_engine  # noqa: F401  # fixture
+from helpers import WITHOUT_REPORT, endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.engine.model import model_key
+from rewardprof.testing.fake_server import FakeOpenAI
+from rewardprof.train.from_run import run_batch
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "grpo" / "two_rows.jsonl"
 
 
-def _grpo_step(run_dir: Path, batch: Path, model: Path) -> dict:
+def _grpo_step(run_dir: Path, batch: Path | None, model: Path) -> dict:
     env = dict(os.environ, REWARDPROF_ENGINE_PYTHON=require_engine())
     cmd = [sys.executable, "-m", "rewardprof.cli", "grpo-step", str(run_dir)]
+    cmd += ["--batch", str(batch)] if batch else []
     proc = subprocess.run(
-        [*cmd, "--batch", str(batch), "--model", str(model), "--seed", "7"],
+        [*cmd, "--model", str(model), "--seed", "7"],
         env=env,
         capture_output=True,
         text=True,
@@ -70,4 +77,66 @@ def test_a_dropped_only_batch_has_zero_advantages_and_zero_gradient(models_dir, 
     assert not task["kept"] and task["advantages"] == [0.0, 0.0]
     assert out["grad_norm"] == 0.0
     assert (out["n_kept_groups"], out["n_dropped_groups"]) == (0, 1)
+    assert out["logprob_after"] == pytest.approx(out["logprob_before"], abs=1e-6)
+
+
+# question -> (answer, how the scripted policy answers: right, wrong, or right on even seeds
+# only; a request's n=4 samples take seeds s..s+3, so "half" passes exactly 2 of 4)
+PROFILED = {"2 + 3": ("5", "right"), "7 * 6": ("42", "wrong"), "9 - 4": ("5", "half")}
+PROFILED["5 + 5"] = ("10", "half")
+
+
+def _scripted(prompt: str, seed: int | None) -> str:
+    for q, (ans, how) in PROFILED.items():
+        if q in prompt:
+            right = how == "right" or (how == "half" and seed is not None and seed % 2 == 0)
+            return f"It is \\boxed{{{ans if right else 0}}}."
+    return "no idea"
+
+
+@pytest.fixture(scope="module")
+def profiled(models_dir, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("profiled")
+    rows = [math_row(f"What is {q}?", a) for q, (a, _) in PROFILED.items()]
+    write_jsonl(root / "data/m.jsonl", rows)
+    entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 4}]
+    with FakeOpenAI(_scripted) as server:
+        cfg = endpoint_config(server.base_url, entries, num_shards=1)
+        r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(write_config(root, cfg)))
+        assert r.returncode == 0, r.stderr[-4000:]
+    run = root / "results" / "t"
+    return run, _grpo_step(run, None, models_dir / model_key(MODEL))
+
+
+def test_a_profiled_run_kept_tasks_signed_dropped_controls_exactly_zero(profiled):
+    run, out = profiled
+    report = json.loads((run / "export" / "report.json").read_text())
+    assert report["dropped_tasks"]["all_pass"] == [0] and report["dropped_tasks"]["all_fail"] == [1]
+    by_task = {t["task_index"]: t for t in out["tasks"]}
+    assert sorted(by_task) == [0, 1, 2, 3]  # tasks 2, 3 kept; 0 and 1 the controls
+    assert (out["n_kept_groups"], out["n_dropped_groups"]) == (2, 2)
+    for i in (2, 3):
+        t = by_task[i]
+        assert t["kept"] and sorted(t["rewards"]) == [0.0, 0.0, 1.0, 1.0]
+        assert all(a != 0 for a in t["advantages"])
+        assert all(
+            (a > 0) == (r == 1.0) for a, r in zip(t["advantages"], t["rewards"], strict=True)
+        )
+    for i in (0, 1):
+        assert not by_task[i]["kept"] and by_task[i]["advantages"] == [0.0] * 4
+    assert out["batch"] == {"source": "export", "n_control_tasks": 2, "skipped_acting_tasks": []}
+    assert out["steps"] == 1 and math.isfinite(out["loss"]) and out["grad_norm"] > 0
+
+
+def test_a_profiled_runs_dropped_tasks_alone_give_a_zero_gradient(profiled, models_dir, tmp_path):  # noqa: F811
+    run, _ = profiled
+    # the controls only: the run's rollouts of its dropped tasks, as a batch file
+    rows, _ = run_batch(run, controls=2)
+    dropped = [r for r in rows if not r["kept"]]
+    assert {r["task_index"] for r in dropped} == {0, 1} and len(dropped) == 8
+    batch = write_jsonl(tmp_path / "dropped.jsonl", dropped)
+    out = _grpo_step(tmp_path / "run", batch, models_dir / model_key(MODEL))
+    assert out["n_dropped_groups"] == 2 and out["n_kept_groups"] == 0
+    assert out["grad_norm"] == 0.0
+    assert all(a == 0.0 for t in out["tasks"] for a in t["advantages"])
     assert out["logprob_after"] == pytest.approx(out["logprob_before"], abs=1e-6)

@@ -128,7 +128,7 @@ ALLOWED = {
     "store": {"core"},
     "engine": {"core"},
     "environments": {"core", "engine"},
-    "train": {"core", "engine"},
+    "train": {"core", "engine", "environments", "store"},  # a run's export, tasks, rollouts
     "sources": {"core", "environments"},
     "manifest": {"core", "decisions", "environments"},
     "testing": {"engine"},

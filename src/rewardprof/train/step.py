@@ -1,10 +1,13 @@
-"""`rewardprof grpo-step RUN_DIR --batch FILE`: one GRPO optimizer step on a batch of rollouts.
+"""`rewardprof grpo-step RUN_DIR`: one GRPO optimizer step on a batch of rollouts.
 
-The batch is JSON Lines, one rollout a line: task_index, kept (the profile's decision), prompt,
-completion, reward. Rollouts of one task form a group. rewardprof computes the advantages
+The batch is the run's export (kept tasks) plus a few tasks it dropped for having no signal, as
+controls (`from_run.py`), or, with `--batch FILE`, JSON Lines, one rollout a line: task_index,
+kept (the profile's decision), prompt (text, or chat messages), completion, reward. Rollouts of
+one task form a group. rewardprof computes the advantages
 (`advantages.py`) and the summary; the step itself (policy loss, backward, AdamW) runs under the
 engine's interpreter, where torch and transformers live (`make install-train`), on the converted
-model the engine serves. The result is written to RUN_DIR/grpo_step.json (temp file then rename).
+model the engine serves. The result is written to RUN_DIR/grpo_step.json
+(temp file then rename).
 """
 
 from __future__ import annotations
@@ -15,17 +18,14 @@ import subprocess
 from pathlib import Path
 
 from rewardprof.core.atomic import write_json_atomic
-from rewardprof.core.errors import RewardprofError
 from rewardprof.engine.model import REPO_ROOT, engine_python
 from rewardprof.train.advantages import VARIANTS, group_advantages
+from rewardprof.train.from_run import TrainError, run_batch
 
 SCRIPT = Path(__file__).parent / "scripts" / "grpo_torch.py"
 DEFAULT_MODEL = "resources/models/smollm2-135m-c1"
-FIELDS = {"task_index": int, "kept": bool, "prompt": str, "completion": str, "reward": float}
-
-
-class TrainError(RewardprofError, RuntimeError):
-    exit_code = 2
+FIELDS = {"task_index": int, "kept": bool, "prompt": (str, list), "completion": str}
+FIELDS["reward"] = float
 
 
 def read_batch(path: Path) -> list[dict]:
@@ -43,7 +43,8 @@ def read_batch(path: Path) -> list[dict]:
             value = row.get(key)
             ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
             if not ok or (kind is int and isinstance(value, bool)):
-                raise TrainError(f"{path}:{n}: key {key!r} must be a {kind.__name__}")
+                name = "str or a list of messages" if key == "prompt" else kind.__name__
+                raise TrainError(f"{path}:{n}: key {key!r} must be a {name}")
         rows.append(row)
     if not rows:
         raise TrainError(f"{path}: no rollouts; the batch needs at least one task's group")
@@ -77,51 +78,61 @@ def require_train_env(python: str) -> None:
         )
 
 
-def grpo_step(run_dir: Path, batch: Path, model: Path, variant: str, lr: float, seed: int) -> dict:
-    rows = read_batch(batch)
-    tasks, advantages = plan(rows, variant)
-    python = engine_python()
-    require_train_env(python)
-    request = {
-        "model": str(model),
-        "lr": lr,
-        "seed": seed,
-        "rows": [
-            dict(prompt=r["prompt"], completion=r["completion"], advantage=a)
-            for r, a in zip(rows, advantages, strict=True)
-        ],
-    }
+def _run_step(python: str, request: dict) -> dict:
     proc = subprocess.run(
         [python, str(SCRIPT)], input=json.dumps(request), capture_output=True, text=True
     )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise TrainError(f"grpo step under {python} failed: {last}")
-    step = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def grpo_step(run_dir: Path, rows: list[dict], model: Path, args: argparse.Namespace) -> dict:
+    tasks, advantages = plan(rows, args.variant)
+    python = engine_python()
+    require_train_env(python)
+    request = {
+        "model": str(model),
+        "lr": args.lr,
+        "seed": args.seed,
+        "save_dir": None,
+        "rows": [
+            dict(prompt=r["prompt"], completion=r["completion"], advantage=a)
+            for r, a in zip(rows, advantages, strict=True)
+        ],
+    }
+    step = _run_step(python, request)
     rewards = [float(r["reward"]) for r in rows]
     result = {
         "steps": step["steps"],
         "loss": step["loss"],
         "grad_norm": step["grad_norm"],
         "lr": step["lr"],
-        "advantage_variant": variant,
+        "advantage_variant": args.variant,
         "reward_min": min(rewards),
         "reward_max": max(rewards),
         "reward_mean": sum(rewards) / len(rewards),
         "n_kept_groups": sum(t["kept"] for t in tasks),
         "n_dropped_groups": sum(not t["kept"] for t in tasks),
+        "n_rollouts": len(rows),
+        "n_completion_tokens": sum(len(r["completion_ids"]) for r in step["rows"]),
         "tasks": tasks,
-        "logprob_before": step["logprob_before"],
-        "logprob_after": step["logprob_after"],
-        "logprob_parity_max_abs": None,  # needs the engine's prompt_logprobs (serve mode)
+        "logprob_before": [sum(r["logprobs_before"]) for r in step["rows"]],
+        "logprob_after": [sum(r["logprobs_after"]) for r in step["rows"]],
+        "logprob_parity_max_abs": None,  # the engine's side: serve mode
     }
-    write_json_atomic(run_dir / "grpo_step.json", result)
     return result
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, help="the run directory; grpo_step.json goes there")
-    p.add_argument("--batch", type=Path, required=True, help="rollouts, JSON Lines (see docs)")
+    p.add_argument(
+        "--batch", type=Path, default=None, help="rollouts, JSON Lines (default: the run's export)"
+    )
+    p.add_argument(
+        "--controls", type=int, default=2, help="dropped no-signal tasks added as controls"
+    )
     p.add_argument("--model", type=Path, default=None, help=f"default: {DEFAULT_MODEL}")
     p.add_argument("--variant", choices=VARIANTS, default="grpo", help="advantage estimator")
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate")
@@ -135,10 +146,15 @@ def run_command(args: argparse.Namespace) -> int:
     )
     if not (model / "config.json").is_file():
         raise TrainError(f"model directory {model} has no config.json; convert it: make run")
-    if not args.batch.is_file():
+    if args.batch is None:
+        rows, source = run_batch(args.run_dir, args.controls)
+    elif args.batch.is_file():
+        rows, source = read_batch(args.batch), {"source": str(args.batch)}
+    else:
         raise TrainError(f"{args.batch}: batch file missing")
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    out = grpo_step(args.run_dir, args.batch, model, args.variant, args.lr, args.seed)
+    out = grpo_step(args.run_dir, rows, model, args) | {"batch": source}
     path = args.run_dir / "grpo_step.json"
+    write_json_atomic(path, out)
     print(f"{path}: loss {out['loss']:.6g}, grad_norm {out['grad_norm']:.6g}")
     return 0
