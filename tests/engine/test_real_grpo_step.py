@@ -12,23 +12,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from engine_helpers import MODEL, models_dir, require_engine  # noqa: F401  # fixture
 from helpers import WITHOUT_REPORT, endpoint_config, math_row, snakemake, write_config, write_jsonl
 
 from rewardprof.engine.model import model_key
+from rewardprof.store.layout import RunLayout
 from rewardprof.testing.fake_server import FakeOpenAI
 from rewardprof.train.from_run import run_batch
+from rewardprof.train.refit import PARITY_BOUND
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "grpo" / "two_rows.jsonl"
 
 
-def _grpo_step(run_dir: Path, batch: Path | None, model: Path) -> dict:
+def _grpo_step(run_dir: Path, batch: Path | None, model: Path, *extra: str) -> dict:
     env = dict(os.environ, REWARDPROF_ENGINE_PYTHON=require_engine())
     cmd = [sys.executable, "-m", "rewardprof.cli", "grpo-step", str(run_dir)]
     cmd += ["--batch", str(batch)] if batch else []
     proc = subprocess.run(
-        [*cmd, "--model", str(model), "--seed", "7"],
+        [*cmd, "--model", str(model), "--seed", "7", *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -58,6 +61,7 @@ def test_two_row_fixture_one_step_exact_rewards_signed_advantages(two_rows):
     # probability, the rejected one lost it
     assert out["logprob_after"][0] > out["logprob_before"][0]
     assert out["logprob_after"][1] < out["logprob_before"][1]
+    assert out["objective_after"] > out["objective_before"]
 
 
 def test_same_seed_same_numbers_to_1e6(two_rows):
@@ -101,7 +105,8 @@ def profiled(models_dir, tmp_path_factory):  # noqa: F811
     write_jsonl(root / "data/m.jsonl", rows)
     entries = [{"label": "m", "environment": "math", "source": "data/m.jsonl", "num_repeats": 4}]
     with FakeOpenAI(_scripted) as server:
-        cfg = endpoint_config(server.base_url, entries, num_shards=1)
+        # short completions: the refit test profiles this run again on the real engine
+        cfg = endpoint_config(server.base_url, entries, num_shards=1, sampling={"max_tokens": 16})
         r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(write_config(root, cfg)))
         assert r.returncode == 0, r.stderr[-4000:]
     run = root / "results" / "t"
@@ -140,3 +145,42 @@ def test_a_profiled_runs_dropped_tasks_alone_give_a_zero_gradient(profiled, mode
     assert out["grad_norm"] == 0.0
     assert all(a == 0.0 for t in out["tasks"] for a in t["advantages"])
     assert out["logprob_after"] == pytest.approx(out["logprob_before"], abs=1e-6)
+
+
+def test_serve_refit_acknowledged_parity_bounded_and_profiled_through_the_workflow(
+    profiled,
+    models_dir,  # noqa: F811
+):
+    """--serve: the stepped weights are written, a real vLLM serves the starting weights then the
+    stepped ones; the trainer's token log probabilities match the engine's on both, the refit
+    engine's log probability of the rewarded completion rose, and the run's config on the refit
+    weights profiles the same tasks through the workflow."""
+    run, _ = profiled
+    root = run.parents[1]
+    out = _grpo_step(run, None, models_dir / model_key(MODEL), "--serve")
+    refit = out["refit"]
+    assert refit["acknowledged"] is True
+    assert out["logprob_parity_max_abs"] is not None
+    assert 0 <= out["logprob_parity_max_abs"] <= PARITY_BOUND
+    assert refit["parity_after_max_abs"] <= PARITY_BOUND
+    assert out["tasks"] and out["batch"]["source"] == "export"
+    # the refit engine serves the stepped weights: the step's objective rose on it as on the
+    # trainer, and its log probabilities moved by far more than the parity bound
+    assert refit["engine_objective_after"] > refit["engine_objective_before"]
+    assert refit["engine_objective_after"] == pytest.approx(out["objective_after"], abs=1e-3)
+    assert refit["engine_moved_max_abs"] > 10 * PARITY_BOUND
+    # the engine's sums agree with the trainer's, before and after
+    for side in ("before", "after"):
+        engine, trainer = refit[f"engine_logprob_{side}"], out[f"logprob_{side}"]
+        assert engine == pytest.approx(trainer, abs=PARITY_BOUND * 16)
+    model = Path(refit["model_dir"])
+    assert (model / "config.json").is_file() and list(model.glob("*.safetensors"))
+
+    config = Path(refit["config"])
+    r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(config), timeout=1500)
+    assert r.returncode == 0, r.stderr[-4000:]
+    refit_run = root / "results" / "t-refit"
+    rollouts = pq.read_table(refit_run / "rollouts.parquet").to_pylist()
+    assert len(rollouts) == 16 and {x["status"] for x in rollouts} == {"ok"}
+    engine_log = RunLayout(refit_run).shard_log("engine", 0, 1).read_text()
+    assert f"--model {model.resolve()} " in engine_log

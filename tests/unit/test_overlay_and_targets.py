@@ -43,3 +43,6 @@ def test_a_target_after_configfile_is_named_with_the_right_order(tmp_path):
     assert line is not None and "\n" not in line
     assert "snakemake results/demo/profile/summary.json --configfile my.yaml" in line
     assert misplaced_target([tmp_path / "my.yaml", tmp_path / "more.json"], tmp_path) is None
+    # a config written into a run directory (grpo-step --serve's refit.yaml) is a config
+    refit = tmp_path / "results" / "demo" / "grpo_step" / "refit.yaml"
+    assert misplaced_target([refit], tmp_path) is None

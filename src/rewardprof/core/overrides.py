@@ -55,7 +55,10 @@ def misplaced_target(configfiles: list[Path], cwd: Path) -> str | None:
     paths = [Path(p) for p in configfiles]
     for p in paths:
         rel = p.relative_to(cwd) if p.is_relative_to(cwd) else p
-        if rel.parts[:1] == ("results",) or rel.suffix in _TARGET_SUFFIXES:
+        # a YAML file is never a workflow output: one under results/ is a config written there
+        # (`grpo-step --serve`'s refit.yaml)
+        in_results = rel.parts[:1] == ("results",) and rel.suffix not in (".yaml", ".yml")
+        if in_results or rel.suffix in _TARGET_SUFFIXES:
             configs = " ".join(
                 str(q.relative_to(cwd) if q.is_relative_to(cwd) else q) for q in paths if q != p
             )

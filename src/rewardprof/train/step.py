@@ -21,6 +21,7 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.engine.model import REPO_ROOT, engine_python
 from rewardprof.train.advantages import VARIANTS, group_advantages
 from rewardprof.train.from_run import TrainError, run_batch
+from rewardprof.train.refit import objective_of, refit_and_compare, refit_dir, run_config
 
 SCRIPT = Path(__file__).parent / "scripts" / "grpo_torch.py"
 DEFAULT_MODEL = "resources/models/smollm2-135m-c1"
@@ -96,7 +97,7 @@ def grpo_step(run_dir: Path, rows: list[dict], model: Path, args: argparse.Names
         "model": str(model),
         "lr": args.lr,
         "seed": args.seed,
-        "save_dir": None,
+        "save_dir": str(refit_dir(run_dir)) if args.serve else None,
         "rows": [
             dict(prompt=r["prompt"], completion=r["completion"], advantage=a)
             for r, a in zip(rows, advantages, strict=True)
@@ -120,8 +121,12 @@ def grpo_step(run_dir: Path, rows: list[dict], model: Path, args: argparse.Names
         "tasks": tasks,
         "logprob_before": [sum(r["logprobs_before"]) for r in step["rows"]],
         "logprob_after": [sum(r["logprobs_after"]) for r in step["rows"]],
-        "logprob_parity_max_abs": None,  # the engine's side: serve mode
+        "objective_before": objective_of([r["logprobs_before"] for r in step["rows"]], advantages),
+        "objective_after": objective_of([r["logprobs_after"] for r in step["rows"]], advantages),
+        "logprob_parity_max_abs": None,  # the engine's side: --serve
     }
+    if args.serve:
+        result |= refit_and_compare(run_dir, args.run_config, model, step["rows"], advantages)
     return result
 
 
@@ -137,6 +142,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", choices=VARIANTS, default="grpo", help="advantage estimator")
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=0, help="torch seed (same seed, same numbers)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="write the stepped weights, serve them with the run's engine (refit) and compare "
+        "the trainer's token log probabilities with the engine's",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -146,6 +157,8 @@ def run_command(args: argparse.Namespace) -> int:
     )
     if not (model / "config.json").is_file():
         raise TrainError(f"model directory {model} has no config.json; convert it: make run")
+    # before the step: a --serve that cannot start the engine says so without training first
+    args.run_config = run_config(args.run_dir) if args.serve else None
     if args.batch is None:
         rows, source = run_batch(args.run_dir, args.controls)
     elif args.batch.is_file():
@@ -157,4 +170,13 @@ def run_command(args: argparse.Namespace) -> int:
     path = args.run_dir / "grpo_step.json"
     write_json_atomic(path, out)
     print(f"{path}: loss {out['loss']:.6g}, grad_norm {out['grad_norm']:.6g}")
+    if args.serve:
+        refit = out["refit"]
+        print(
+            f"refit: {'acknowledged' if refit['acknowledged'] else 'NOT acknowledged'} "
+            f"(parity before {out['logprob_parity_max_abs']:.3g}, after "
+            f"{refit['parity_after_max_abs']:.3g}); profile the stepped policy: "
+            f"snakemake --cores all --configfile {refit['config']}"
+        )
+        return 0 if refit["acknowledged"] else 1
     return 0
