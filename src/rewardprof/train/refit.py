@@ -1,4 +1,4 @@
-"""`rewardprof grpo-step --serve`: the engine refit on the stepped weights, and trainer/engine parity.
+"""`rewardprof grpo-step --serve`: the engine refit on the stepped weights; trainer/engine parity.
 
 The step writes its updated weights to RUN_DIR/grpo_step/model. A real vLLM server (the run's
 engine section, serve mode) is started twice: on the weights the trainer started from, then on the
@@ -86,7 +86,9 @@ def engine_logprobs(cfg: Config, model: Path, name: str, rows: list[dict], log: 
 
 
 def _max_abs(trainer: list[list[float]], engine: list[list[float]]) -> float:
-    diffs = [abs(a - b) for t, e in zip(trainer, engine, strict=True) for a, b in zip(t, e)]
+    diffs = [
+        abs(a - b) for t, e in zip(trainer, engine, strict=True) for a, b in zip(t, e, strict=True)
+    ]
     return max(diffs, default=0.0)
 
 
