@@ -103,15 +103,20 @@ def test_failed_rollouts_are_unknown_not_zero():
     pos = np.array([0, 0, 1, 1, 1, 1, 2, 2])
     idx = np.array([0, 1, 0, 1, 2, 3, 0, 1])
     reward = np.array([nan, 1.0, 0.0, nan, 1.0, 1.0, nan, nan])
-    p = plan(EXACT, Export(), k, labels, Records(pos, idx, reward))
+    one = Export(min_rollouts=1)
+    p = plan(EXACT, one, k, labels, Records(pos, idx, reward))
     assert p.done.tolist() == [True, True, False]
     assert p.keep[:2].all() and p.planned.tolist() == [2, 4, 4]
     assert p.missing(Records(pos, idx, reward))[1].tolist() == [2, 3]  # task 2's next round
+    # under the default min_rollouts 2, task 0's one scored rollout is the export's no_rollouts
+    # drop, and the plan says so
+    p = plan(EXACT, Export(), k, labels, Records(pos, idx, reward))
+    assert p.done[0] and not p.keep[0] and p.keep[1]
     # task 1 with only its first round: 0 and a failure settle nothing yet (tasks 0 and 1
     # alone: with task 2's first round unknown, the label's 0/1 flag would not be settled)
     p = plan(EXACT, Export(), k[:2], labels[:2], Records(pos[:4], idx[:4], reward[:4]))
     assert not p.done[1] and p.planned[1] == 4
-    drop = Export(on_undecided="drop")
+    drop = Export(on_undecided="drop", min_rollouts=1)
     assert not plan(EXACT, drop, k[:1], labels[:1], Records(pos[:2], idx[:2], reward[:2])).keep[0]
 
 

@@ -191,6 +191,8 @@ def plan(
         _, kept_at_k = _settled(
             replace(settings, mode="exact"), ex, k, (labels, keys), priors, *state, test & at_k
         )
+        # at K, too few scored rollouts: the export's no_rollouts drop
+        kept_at_k &= n_ok >= ex.min_rollouts
         kept = np.where(at_k, kept_at_k, kept)
         settled &= ~audited  # audited: always to K
         finished = test & (settled | at_k)
@@ -265,6 +267,11 @@ def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct
             ex, OpenTasks(cols, c, unknown, binary[rows]), settings.group_size, post_fn
         )
         exact = can_keep != can_drop
+        if ex.min_grpo_signal is not None:
+            # partial credit: the export reads GRPO signal from the reward values, which a
+            # value not seen yet can move either way (the states above carry a pass-rate
+            # signal): such a task is decided at K, as fixed K decides it
+            exact &= binary[rows] | (unknown <= 0)
         settled[at] = exact
         # a task at K whose failures leave it undecided keeps per on_undecided
         keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
@@ -286,6 +293,9 @@ def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct
                 )
                 settled[at[sel]] = stop | exact[sel]
                 keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
+        # the export drops a task with fewer than min_rollouts scored rollouts whatever they
+        # say, and any rollout still to come may fail: a keep is settled only on enough of them
+        settled[at] &= ~(keep[at] & (n < ex.min_rollouts))
     return settled, keep
 
 
