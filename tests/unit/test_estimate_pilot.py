@@ -101,6 +101,21 @@ def test_a_resumed_pilot_is_detected_and_its_startup_taken_from_uninterrupted_jo
     assert md.count("**Warning**") == 1 and "1-of-2" in md
 
 
+def test_bayes_first_round_job_is_its_own_job_not_an_attempt(tmp_path):
+    """An uninterrupted bayes run: each shard's first-round job (writer ids ending in -first),
+    earlier, then its rollout job: nothing was interrupted (it used to warn that every job was)."""
+    root = _pilot_dir(tmp_path, [[(200.0, 50.0)], [(220.0, 60.0)]])
+    path = RunLayout(root).rollouts
+    rollouts = pq.read_table(path).to_pandas()
+    first = rollouts.assign(writer=rollouts["writer"] + "-first")
+    first[["started_at", "finished_at"]] -= 1000.0
+    pq.write_table(pa.Table.from_pandas(pd.concat([first, rollouts]), preserve_index=False), path)
+    pilot = measure_pilot(root)
+    assert pilot["warnings"] == [] and pilot["interrupted_shards"] == []
+    assert (pilot["jobs"], pilot["attempts"]) == (2, 2)
+    assert pilot["startup_overhead_s"] == pytest.approx(210.0)
+
+
 def test_every_job_resumed_uses_the_last_attempts_and_says_the_figure_is_low(tmp_path):
     pilot = measure_pilot(_pilot_dir(tmp_path, [[(200.0, 50.0), (70.0, 10.0)]]))
     assert pilot["startup_overhead_s"] == pytest.approx(70.0)

@@ -100,6 +100,8 @@ class Scenario:
         if command.startswith("snakemake --report"):
             html = command.split()[2]
             assert (self.work / html).stat().st_size > 10_000
+        if command.startswith("rewardprof estimate"):  # every target label has pilot data
+            assert result.returncode == 0 and "no pilot data" not in out, out[-3000:]
         if command.startswith("rewardprof check"):
             assert result.stdout.startswith("ok:"), out[-2000:]
         if "nemo_gym_remote.yaml" in command:  # NeMo Gym's own server verified every episode

@@ -48,6 +48,11 @@ def parse_shard_name(name: str, suffix: str = "parquet") -> tuple[int, int] | No
     return int(m.group(1)), int(m.group(2))
 
 
+# the suffix of the writer ids of bayes' first-round job (`<i>-of-<n>_...-first`): its own job,
+# not an attempt of the shard's rollout job
+FIRST_ROUND = "first"
+
+
 def writer_prefixes(i: int, n: int) -> tuple[str, ...]:
     """The starts of the journal writer ids of shard i's jobs: `<i>-of-<n>_...`, and
     `s<i>of<n>-...` as versions before 0.3 wrote them (old journals stay readable)."""

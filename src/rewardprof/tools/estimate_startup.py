@@ -1,9 +1,10 @@
 """A pilot's rollout jobs, their attempts, and the startup overhead per job.
 
-A rollout job writes its journal under writer ids `<i>-of-<n>_<time>-<host>-<pid>-<seq>`, with
-`-r<pass>` appended for each later pass of one adaptive job (stages/rollout/runner.py,
-adaptive_rounds.py): one attempt of shard i = one writer id without that suffix. A shard with
-more than one attempt was interrupted and resumed (killed, preempted, rerun): the benchmark
+A rollout job writes its journal under writer ids `<i>-of-<n>_<time>-<host>-<pid>-<seq>`
+(stages/rollout/runner.py): one attempt of shard i = one writer id. Bayes' first round is a job
+of its own (its writer ids end in `-first`, timed by benchmarks/first_round/): not an attempt of
+the rollout job. A shard with more than one attempt was interrupted and resumed (killed,
+preempted, rerun): the benchmark
 file (benchmarks/rollout/<i>-of-<n>.tsv) times only its last attempt, which resumed a partly
 done shard, often on a warm page cache, so its startup says little about a fresh job's.
 
@@ -22,14 +23,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rewardprof.store.shards import parse_shard_name, writer_prefixes
+from rewardprof.store.shards import FIRST_ROUND, parse_shard_name, writer_prefixes
 
-_PASS_SUFFIX = re.compile(r"-r\d+$")
+_PASS_SUFFIX = re.compile(r"-r\d+$")  # later passes of one job, as earlier adaptive jobs wrote
 
 
 def attempt_of(writer: str) -> str:
     """The attempt a writer id belongs to (its later adaptive passes share it)."""
     return _PASS_SUFFIX.sub("", str(writer))
+
+
+def _rollout_job_writer(writer: str) -> bool:
+    return not str(writer).endswith(f"-{FIRST_ROUND}")
 
 
 def _benchmark_seconds(tsv: Path) -> float | None:
@@ -42,6 +47,7 @@ def startup_overhead(benchmark_dir: Path, first: pd.Series, last: pd.Series) -> 
     """{startup_overhead_s, jobs, attempts, interrupted_shards, warning} from the rollout
     benchmarks and each writer's first request / last finish (indexed by writer id)."""
     writers = pd.DataFrame({"first": first, "last": last})
+    writers = writers[[_rollout_job_writer(w) for w in writers.index]]
     writers["attempt"] = [attempt_of(w) for w in writers.index]
     spans = writers.groupby("attempt").agg(first=("first", "min"), last=("last", "max"))
     clean, resumed, interrupted = [], [], []

@@ -67,11 +67,11 @@ class ShardRun:
         journal_dir: Path,
         shard_tag: str,
         tasks_path: Path | None = None,
+        phase: str = "",
     ):
-        """`model`: what the requests name (gen_key, known before any engine starts); `tasks`
-        needs task_index, task_id, label, environment, num_repeats, and either the messages
-        and row columns or `tasks_path` to read them from, for the tasks that still need
-        rollouts only (a resuming shard does not read the text of finished tasks)."""
+        """`model`: what the requests name (gen_key, known before any engine starts); `tasks`:
+        task_index, task_id, label, environment, num_repeats, and the messages and row columns
+        or `tasks_path` to read them from (only for tasks still needing rollouts)."""
         self.cfg, self.model, self.tasks = cfg, model, tasks
         self.endpoint: Endpoint | None = None  # the engine, while `generate` runs
         self.tasks_path = tasks_path
@@ -83,10 +83,10 @@ class ShardRun:
         self.journal_dir, self.shard_tag = journal_dir, shard_tag
         self.gen_key = gen_key(cfg, model)
         self._token_ids = wants_token_ids(cfg)
-        # unique per writer, also for two runs of one shard in one process within a second
+        # unique per writer, even two in a process in a second; `phase`: store.shards.FIRST_ROUND
         self.writer_id = (
             f"{shard_tag}_{int(time.time())}-{socket.gethostname()}-"
-            f"{os.getpid()}-{next(_WRITER_SEQ)}"
+            f"{os.getpid()}-{next(_WRITER_SEQ)}{f'-{phase}' if phase else ''}"
         )
         self.envs: dict[str, Environment] = {}
         self._env_specs: dict[str, tuple[str, dict]] = {}

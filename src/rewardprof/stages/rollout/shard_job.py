@@ -38,6 +38,7 @@ from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import ShardLock, scan_journal
+from rewardprof.store.shards import FIRST_ROUND
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def run_first_round(job: ShardJob, engine: EngineOpener) -> dict[str, Any]:
     """bayes' first step in a shard: every task's rollouts below adaptive.min_rollouts (at
     most K), then a summary at job.out saying the shard's first round is journaled."""
     first = job.cfg.adaptive.min_rollouts
-    with _open_shard(job, engine) as run:
+    with _open_shard(job, engine, phase=FIRST_ROUND) as run:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
         winners = _first_round_winners(run, wanted)
         missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
@@ -137,13 +138,15 @@ def _first_round_winners(run: ShardRun, wanted: np.ndarray):
 
 
 @contextlib.contextmanager
-def _open_shard(job: ShardJob, engine: EngineOpener) -> Iterator[ShardRun]:
+def _open_shard(job: ShardJob, engine: EngineOpener, phase: str = "") -> Iterator[ShardRun]:
     """The shard's run, its lock held (one job per shard) and a killed attempt's temp files
     gone."""
     with ShardLock(job.journal, job.tag):
         remove_stale_tmp(job.journal, job.tag, job.out)
         tasks = load_tasks(job.tasks)
-        yield ShardRun(job.cfg, engine.model, tasks, job.journal, job.tag, tasks_path=job.tasks)
+        yield ShardRun(
+            job.cfg, engine.model, tasks, job.journal, job.tag, tasks_path=job.tasks, phase=phase
+        )
 
 
 def _sample(
