@@ -45,5 +45,10 @@ onstart:
 onsuccess:
     from rewardprof.stages.merge import journal_notes
 
+    from rewardprof.tools.run_summary import summary_lines
+
     for note in journal_notes(LAYOUT.merge_report, since=_STARTED):
         print(f"rewardprof: {note}", file=sys.stderr)
+    # the result, last on the terminal (when this run wrote the profile)
+    for line in summary_lines(LAYOUT.root, since=_STARTED):
+        print(line, file=sys.stderr)

@@ -41,12 +41,35 @@ def test_savings_per_label_and_overall(tmp_path):
     assert not any("audit" in line for line in lines)  # no audit in this run: none claimed
 
 
-def test_the_audit_agreement_is_said_when_the_run_has_one(tmp_path):
-    overall = {"audited_tasks": 30, "would_stop_early": 20, "flipped": 1}
+def test_the_audit_agreement_and_cost_are_said_when_the_run_has_one(tmp_path):
+    overall = {"audited_tasks": 30, "would_stop_early": 20, "flipped": 1, "extra_rollouts": 5}
     overall["flip_rate_interval"] = [0.001, 0.25]
-    saved = _run(tmp_path, {"overall": overall, "labels": {}})
+    settings = {"audit_share": 0.03, "audit_min_tasks": 30}
+    labels = {"a": {"audited_tasks": 1}}
+    saved = _run(tmp_path, {"overall": overall, "labels": labels, "settings": settings})
     assert saved["audit"]["agreed"] == 19
-    assert "adaptive: audit: 19 of 20 audited tasks stopped early agree" in savings_lines(saved)[-1]
+    lines = savings_lines(saved)
+    assert (
+        "adaptive: a: 12 of 16 rollouts, 1 of 2 tasks stopped early, 1 ran to K as the audit"
+        in lines
+    )
+    assert lines[-2] == (
+        "adaptive: audit: 30 tasks ran to K to check the early stops (adaptive.audit_share "
+        "0.03, at least adaptive.audit_min_tasks 30 per label), costing 5 rollouts (25.0 % of "
+        "those sent) beyond what stopping early needed"
+    )
+    assert lines[-1].startswith("adaptive: audit: 20 of the 30 would have stopped early; 19 of")
+
+
+def test_an_audit_that_measured_nothing_says_so_and_which_setting_saves_it(tmp_path):
+    """The newcomer's case: a 32-task label audited whole, none of it stopping early (it used
+    to print '0 of 0 audited tasks stopped early agree')."""
+    overall = {"audited_tasks": 32, "would_stop_early": 0, "flipped": 0, "extra_rollouts": 64}
+    saved = _run(tmp_path, {"overall": overall, "labels": {}})
+    lines = savings_lines(saved)
+    assert "costing 64 rollouts (320.0 % of those sent)" in lines[-2]
+    assert "none of the 32 would have stopped early" in lines[-1]
+    assert "adaptive.audit_min_tasks" in lines[-1]
 
 
 def test_fixed_k_run_says_nothing_and_the_report_table_gains_columns_when_adaptive(tmp_path):

@@ -72,7 +72,13 @@ def _run(root: Path, mode: str) -> int:
         )
         r = snakemake(root, *WITHOUT_REPORT, "--configfile", str(write_config(root, cfg)))
         assert r.returncode == 0, r.stderr[-4000:]
-        return server.stats["ok_choices"]
+    # the run ends on its result: the one-screen summary is the last thing Snakemake printed
+    tail = r.stderr.strip().splitlines()[-14:]
+    report = json.loads((root / "results/t/export/report.json").read_text())
+    kept = f"kept for training: {report['kept']} of {MATH + IF} tasks"
+    assert any(line.startswith(kept) for line in tail), "\n".join(tail)
+    assert any(line.startswith("if ") for line in tail)  # the per-label table
+    return server.stats["ok_choices"]
 
 
 def _exported(root: Path) -> dict[str, set[str]]:

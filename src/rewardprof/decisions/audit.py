@@ -96,9 +96,13 @@ def audit_report(
     early_keep: np.ndarray,
     keep_at_k: np.ndarray,
     delta: float,
+    extra: np.ndarray | None = None,
 ) -> dict:
-    """Per label and overall (see the module doc); arrays are per task of the run."""
+    """Per label and overall (see the module doc); arrays are per task of the run. `extra`:
+    per task, the rollouts it got beyond what its plan without the audit needed (the audit's
+    cost)."""
     labels = np.asarray(labels, dtype=object)
+    extra = np.zeros(len(labels), np.int64) if extra is None else np.asarray(extra, np.int64)
     flip = audited & would_stop & (np.asarray(early_keep) != np.asarray(keep_at_k))
 
     def part(rows: np.ndarray) -> dict:
@@ -107,6 +111,7 @@ def audit_report(
         lo, hi = clopper_pearson(flips, stopped)
         return {
             "audited_tasks": int((audited & rows).sum()),
+            "extra_rollouts": int(extra[audited & rows].sum()),
             "would_stop_early": stopped,
             "flipped": flips,
             "flip_rate": flips / stopped if stopped else None,

@@ -50,14 +50,20 @@ def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: 
     keys = prior_keys_of(tasks["task_id"].to_numpy(dtype=object), labels, priors)
     with_audit = plan(*args, audited, prior_keys=keys)
     replayed = plan(*args, prior_keys=keys)
-    return audit_report(
+    report = audit_report(
         labels,
         audited & with_audit.done,
         replayed.stopped_early,
         replayed.keep,
         with_audit.keep,
         settings.delta,
+        extra=np.maximum(with_audit.planned - replayed.planned, 0),
     )
+    report["settings"] = {
+        "audit_share": cfg.adaptive.audit_share,
+        "audit_min_tasks": cfg.adaptive.audit_min_tasks,
+    }
+    return report
 
 
 def run(cfg: Config, paths: StagePaths) -> StageReport:

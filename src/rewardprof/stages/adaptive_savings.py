@@ -54,15 +54,21 @@ def _audit(path: Path) -> dict[str, Any] | None:
     """The audit's overall agreement (audited tasks stopped early whose decision at K is the
     same), if the run wrote one."""
     try:
-        overall = json.loads(path.read_text())["overall"]
+        report = json.loads(path.read_text())
+        overall = report["overall"]
         stopped, flipped = int(overall["would_stop_early"]), int(overall["flipped"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {
         "audited_tasks": int(overall.get("audited_tasks") or 0),
+        "extra_rollouts": int(overall.get("extra_rollouts") or 0),
         "stopped_early": stopped,
         "agreed": stopped - flipped,
         "flip_rate_interval": overall.get("flip_rate_interval"),
+        "settings": report.get("settings", {}),
+        "labels_audited": {
+            lbl: int(r.get("audited_tasks") or 0) for lbl, r in report.get("labels", {}).items()
+        },
     }
 
 
@@ -74,15 +80,44 @@ def savings_lines(saved: dict[str, Any]) -> list[str]:
         f"adaptive: {sent} rollouts sent of {fixed} at fixed K ({share:.1f} % saved), "
         f"{saved['tasks_stopped_early']} tasks stopped early"
     ]
+    audit = saved.get("audit")
+    audited_of = (audit or {}).get("labels_audited", {})
     for label, r in saved["labels"].items():
+        audited = audited_of.get(label, 0)
         lines.append(
             f"adaptive: {label}: {r['rollouts_sent']} of {r['rollouts_at_fixed_k']} rollouts, "
             f"{r['tasks_stopped_early']} of {r['tasks']} tasks stopped early"
+            + (f", {audited} ran to K as the audit" if audited else "")
         )
-    if audit := saved.get("audit"):
+    if audit:
+        lines.extend(_audit_lines(audit, sent))
+    return lines
+
+
+def _audit_lines(audit: dict[str, Any], sent: int) -> list[str]:
+    """The audit in plain words: what it cost, what it measured, the setting that sizes it."""
+    extra, n = audit["extra_rollouts"], audit["audited_tasks"]
+    share = 100 * extra / sent if sent else 0.0
+    knobs = audit.get("settings") or {}
+    sized = (
+        f" (adaptive.audit_share {knobs['audit_share']}, at least adaptive.audit_min_tasks "
+        f"{knobs['audit_min_tasks']} per label)"
+        if knobs
+        else ""
+    )
+    lines = [
+        f"adaptive: audit: {n} tasks ran to K to check the early stops{sized}, costing {extra} "
+        f"rollouts ({share:.1f} % of those sent) beyond what stopping early needed"
+    ]
+    if audit["stopped_early"]:
         lines.append(
-            f"adaptive: audit: {audit['agreed']} of {audit['stopped_early']} audited tasks "
-            f"stopped early agree with fixed K (flip rate 95 % interval "
+            f"adaptive: audit: {audit['stopped_early']} of the {n} would have stopped early; "
+            f"{audit['agreed']} of those decided as fixed K does (flip rate 95 % interval "
             f"{audit['flip_rate_interval']})"
+        )
+    elif n:
+        lines.append(
+            f"adaptive: audit: none of the {n} would have stopped early, so it measured nothing;"
+            " a lower adaptive.audit_min_tasks (0: the share alone) saves those rollouts"
         )
     return lines
