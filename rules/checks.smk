@@ -29,6 +29,13 @@ if any(a == "--report" or a.startswith("--report=") for a in sys.argv[1:]):
 
 
 onstart:
+    # the optional packages of every step the DAG will run, before its first job
+    from rewardprof.core.extras import check_steps
+
+    try:
+        check_steps({job.rule.name for job in workflow.dag.needrun_jobs()})
+    except MissingPackage as exc:
+        sys.exit(f"rewardprof: {exc}")
     # Endpoint mode: fail with the URL before any job is submitted, and only when rollout
     # jobs are due (a profile-only rerun needs no endpoint). Never in a dry run (Snakemake
     # does not call onstart then). REWARDPROF_NO_PREFLIGHT=1 skips it.

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, endpoint_config, snakemake, write_config
+from helpers import REPO, endpoint_config, math_row, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -130,3 +130,22 @@ def _env_again(tmp: Path, env: dict[str, str]) -> dict[str, str]:
         for k in ("PYTHONPATH", "RP_TEST_BLOCK_PACKAGES", "RP_TEST_NLTK_DATA_ONLY")
         if k in env
     }
+
+
+def test_the_reports_plots_are_checked_before_the_first_job(tmp_path):
+    """A core-only install without matplotlib: the run stops before its first job with one
+    line naming the report extra (it used to run every rollout, then fail in the report)."""
+    data = tmp_path / "data" / "m.jsonl"
+    data.parent.mkdir()
+    data.write_text(json.dumps(math_row("What is 1 + 1?", "2")) + "\n")
+    entry = {"label": "m", "environment": "math", "source": str(data), "num_repeats": 2}
+    config = write_config(tmp_path, endpoint_config("http://127.0.0.1:9/v1", [entry]))
+    env = _env(tmp_path, "matplotlib", False)
+    run = snakemake(tmp_path, "--configfile", str(config), env=env)
+    assert run.returncode != 0
+    _one_clear_line(run.stdout + run.stderr, "pip install -e '.[report]'")
+    assert "matplotlib" in run.stderr
+    assert not (tmp_path / "results" / "t" / "materialize").exists()  # no job ran
+    # without the report step the same install runs (here: up to the endpoint's preflight)
+    omit = snakemake(tmp_path, "--omit-from", "report", "--configfile", str(config), env=env)
+    assert "[report]" not in omit.stdout + omit.stderr

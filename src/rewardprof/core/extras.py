@@ -66,3 +66,15 @@ def require(package: str, needed_by: str, extra: str) -> ModuleType:
         if exc.name is None or exc.name.split(".")[0] != package.split(".")[0]:
             raise  # the package is there but broken: its own traceback says why
         raise MissingPackage(missing_message(package, needed_by, extra)) from None
+
+
+# a workflow step (rule) -> (the packages it imports, what needs them, the extra): checked for
+# every step the DAG will run before its first job (rules/checks.smk), so a core-only install
+# does not run every rollout and then fail on the plots
+STEP_PACKAGES = {"report": (("matplotlib",), "the workflow's report step (its plots)", "report")}
+
+
+def check_steps(steps: set[str]) -> None:
+    """MissingPackage for the first step in `steps` whose optional packages are missing."""
+    for step in sorted(steps & STEP_PACKAGES.keys()):
+        check(*STEP_PACKAGES[step])
