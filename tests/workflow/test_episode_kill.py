@@ -32,6 +32,7 @@ from helpers import (
     write_config,
 )
 
+from rewardprof.store.layout import RunLayout
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = pytest.mark.workflow
@@ -87,6 +88,15 @@ def test_a_sigkilled_blend_with_episodes_resumes_to_the_uninterrupted_run(tmp_pa
         _run(cut, config)
     want, got = _rollouts(whole), _rollouts(cut)
     assert not got.index.duplicated().any() and len(got) == len(want) == 4 * 2 + 8 * 2 + 5 * 3
+    # every attempt's log kept: the killed attempt's lines above the rerun's (Snakemake deletes
+    # a job's log before running it again; the log is a link into logs/<kind>/attempts/)
+    layout = RunLayout(cut / "results" / "t")
+    logs = [layout.shard_log("rollout", i, 2) for i in range(2)]
+    attempts = [log.read_text().count("===== rollout attempt started") for log in logs]
+    assert max(attempts) == 2 and min(attempts) >= 1, attempts
+    for kind in ("rollout", "engine"):
+        log = layout.shard_log(kind, 0, 2)
+        assert log.is_symlink() and log.resolve() == log.parent / "attempts" / log.name
     columns = ["label", "status", "reward", "seed", "completion"]
     pd.testing.assert_frame_equal(got[columns], want[columns])
     for pair, extras in want.loc[want["label"] == "counter", "extras"].items():
