@@ -84,6 +84,20 @@ class RunLayout:
             return None
         return cls(out.parent.parent, parsed[1])
 
+    @classmethod
+    def of_first_round_output(cls, out: str | Path) -> RunLayout | None:
+        """The run directory whose `adaptive/first_round/<i>-of-<n>.json` is `out` (None if it
+        is not named like one)."""
+        out = Path(out)
+        parsed = parse_shard_name(out.name, "json")
+        if (
+            parsed is None
+            or out.parent.name != "first_round"
+            or out.parent.parent.name != "adaptive"
+        ):
+            return None
+        return cls(out.parents[2], parsed[1])
+
     def __repr__(self) -> str:
         return f"RunLayout({str(self.root)!r}, num_shards={self.num_shards})"
 

@@ -28,6 +28,8 @@ from rewardprof.core.kinds import OK
 from rewardprof.core.redaction import redact
 from rewardprof.environments import get_environment_class
 from rewardprof.stages.rollout.heartbeat import (
+    FIRST_ROUND_DONE,
+    FIRST_ROUND_PHASE,
     eta_text,
     heartbeat_layouts,
     is_live,
@@ -123,16 +125,21 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         plan = _adaptive_plan(layout.shard_rollouts(i, n))
         live = is_live(beat, now)
         rate, tokens = rates(beat) if beat else (0.0, 0.0)
+        first_round, first_exp = beat.get("phase") == FIRST_ROUND_PHASE, None
         if layout.shard_rollouts(i, n).exists():
             state = "done"
-        elif live or beat.get("state") in ("failed", "stopped"):
-            state = beat["state"]
+        elif live or beat.get("state") in ("failed", "stopped", FIRST_ROUND_DONE):
+            # bayes' first-round job: running its first round, then waiting for the prior
+            state = "first_round" if first_round and beat["state"] == "running" else beat["state"]
+            if first_round and beat.get("expected") is not None and state != FIRST_ROUND_DONE:
+                first_exp = int(beat["expected"])  # done/expected and ETA: the first round's
         elif beat:
             age = now - float(beat.get("updated_at") or 0)
             state = "lost"  # said starting/running, then went silent: killed, node lost
             beat = dict(beat, error=f"no heartbeat for {age:.0f}s (killed, or its node lost)")
         else:
-            state = "pending" if done == 0 else "not running"
+            # rollouts journaled, no job: stopped before its first heartbeat, or an older run
+            state = "pending" if done == 0 else "waiting"
         shards.append(
             {
                 "shard": shard_tag(i, n),
@@ -140,14 +147,16 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
                 "elapsed_s": state_elapsed(state, beat, now),
                 "done": done,
                 # adaptive sampling: what the finished shard's plan asked for (K is the most)
-                "expected": plan["planned"] if plan else exp,
+                "expected": plan["planned"] if plan else first_exp or exp,
                 "max_expected": exp,
                 "stopped_early": plan["stopped_early"] if plan else 0,
                 "ok": counts[OK],
                 "failures": {k: v for k, v in sorted(counts.items()) if k != OK},
                 "rollouts_per_s": rate,
                 "tokens_per_s": tokens,
-                "eta": eta_text((exp or 0) - done, rate) if live and exp is not None else None,
+                "eta": eta_text((first_exp or exp or 0) - done, rate)
+                if live and exp is not None
+                else None,
                 "where": f"{beat['host']}:{beat['pid']}" if beat.get("host") else None,
                 "error": beat.get("error") or (beat.get("last_error") if state != "done" else None),
                 "updated_at": beat.get("updated_at"),
@@ -155,7 +164,7 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
         )
     total_exp = sum(s["expected"] or 0 for s in shards)
     total_done = sum(s["done"] for s in shards)
-    running = [s for s in shards if s["state"] in ("starting", "running")]
+    running = [s for s in shards if s["state"] in ("starting", "running", "first_round")]
     rate = sum(s["rollouts_per_s"] for s in running)
     eta_s = run_eta_s(shards, startup_s(list(beats.values())), now) if running else None
     failures: Counter[str] = Counter()

@@ -24,9 +24,9 @@ def state_elapsed(state: str, beat: dict[str, Any], now: float) -> float | None:
     if not beat:
         return None
     started = float(beat.get("started_at") or 0) or None
-    if state in ("starting", "running"):
+    if state in ("starting", "running", "first_round"):
         since = beat.get("state_since") or (
-            beat.get("generating_since") if state == "running" else started
+            beat.get("generating_since") if state != "starting" else started
         )
         return max(now - float(since), 0.0) if since else None
     ended = float(beat.get("updated_at") or 0) or None
@@ -57,7 +57,7 @@ def run_eta_s(shards: list[dict[str, Any]], startup: float | None, now: float) -
         left = max((s["expected"] or 0) - s["done"], 0)
         if s["state"] == "done":
             continue
-        if s["state"] == "running":
+        if s["state"] in ("running", "first_round"):
             slots.append(left / (s["rollouts_per_s"] or mean_rate))
         elif s["state"] == "starting":
             wait = max(startup - (s["elapsed_s"] or 0.0), 0.0)

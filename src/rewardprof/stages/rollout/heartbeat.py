@@ -27,6 +27,9 @@ from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name
 
 LIVE_STATES = ("starting", "running")
+FIRST_ROUND_PHASE = "first_round"  # bayes' first-round job (its own job before the prior)
+# bayes: the shard's first round is journaled; its rounds wait for the prior over all shards
+FIRST_ROUND_DONE = "first_round_done"
 # the rate is measured over the last samples of `collected` (rollouts with a final record) the
 # heartbeats took, across attempts: a resumed job shows the rate at once, not 0.00 rollouts/s
 WINDOW_S = 600.0
@@ -75,6 +78,18 @@ class ShardHeartbeat:
             return None
         i, n = parsed
         return cls(layout, i, n, interval_s)
+
+    @classmethod
+    def for_first_round(cls, out: Path, interval_s: float) -> ShardHeartbeat | None:
+        """The heartbeat of bayes' first-round job of the shard whose first-round summary is
+        `out`: the shard's own heartbeat file, with phase first_round (status shows it)."""
+        layout = RunLayout.of_first_round_output(out)
+        parsed = parse_shard_name(out.name, "json")
+        if layout is None or parsed is None:
+            return None
+        beat = cls(layout, *parsed, interval_s)
+        beat.data["phase"] = FIRST_ROUND_PHASE
+        return beat
 
     def write(self, **fields: Any) -> None:
         """Update the fields and rewrite the file. A heartbeat that cannot be written (a full

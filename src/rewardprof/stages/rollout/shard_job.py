@@ -107,7 +107,9 @@ def run_shard(
         return summary
 
 
-def run_first_round(job: ShardJob, engine: EngineOpener) -> dict[str, Any]:
+def run_first_round(
+    job: ShardJob, engine: EngineOpener, heartbeat: ShardHeartbeat | None = None
+) -> dict[str, Any]:
     """bayes' first step in a shard: every task's rollouts below adaptive.min_rollouts (at
     most K), then a summary at job.out saying the shard's first round is journaled."""
     first = job.cfg.adaptive.min_rollouts
@@ -115,7 +117,11 @@ def run_first_round(job: ShardJob, engine: EngineOpener) -> dict[str, Any]:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
         winners = _first_round_winners(run, wanted)
         missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
-        sent = _sample(run, engine, FixedWork(missing, job.cfg.engine.max_n), None)
+        if heartbeat is not None:  # done/expected and the ETA are the first round's
+            journaled = int((winners["status"] == OK).sum())
+            heartbeat.data.update(expected=int(wanted.sum()), journaled_ok=journaled)
+            heartbeat.data["gen_key"] = run.gen_key
+        sent = _sample(run, engine, FixedWork(missing, job.cfg.engine.max_n), heartbeat)
         winners = _first_round_winners(run, wanted)
         summary = {
             "shard": job.tag,
