@@ -36,6 +36,11 @@ include: "rules/export.smk"
 include: "rules/report.smk"
 
 
+# `snakemake --report` opens on the run's summary and plots (report/summary.rst, written by the
+# report rule), or on a description of the workflow before a run wrote them
+report: report_front_page()
+
+
 rule all:
     input:
         final_outputs(),

@@ -52,7 +52,7 @@ onstart:
 onsuccess:
     from rewardprof.stages.merge import journal_notes
 
-    from rewardprof.tools.run_summary import summary_lines
+    from rewardprof.stages.run_summary import summary_lines
 
     for note in journal_notes(LAYOUT.merge_report, since=_STARTED):
         print(f"rewardprof: {note}", file=sys.stderr)

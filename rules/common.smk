@@ -74,6 +74,11 @@ def keep_attempt_logs(*kinds):
     return shell_snippet
 
 
+def report_front_page():
+    page = Path(LAYOUT.report_file("front_page")).resolve()
+    return str(page) if page.is_file() else "report/workflow.rst"
+
+
 def final_outputs():
     return [
         LAYOUT.profile_tasks,

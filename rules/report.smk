@@ -36,6 +36,8 @@ rule report:
             category="Tables",
             labels={"table": "export: kept and dropped per label"},
         ),
+        # the report's front page (Snakefile: report), the summary and the plots
+        front_page=LAYOUT.report_file("front_page"),
     params:
         out=lambda wildcards, output: os.path.dirname(output.hist),
     log:

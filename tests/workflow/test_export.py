@@ -372,3 +372,17 @@ def test_estimate_from_the_run_as_a_pilot(run, tmp_path):
     assert res["total"]["gpu_hours"] == pytest.approx(a["gpu_hours"] + b["gpu_hours"], rel=1e-3)
     assert "| label | basis | tasks |" in r.stdout
     assert (tmp_path / "est/estimate.md").read_text().strip() == r.stdout.strip()
+
+
+def test_the_report_opens_on_the_runs_summary_and_plots(run):
+    """`snakemake --report` opens on the run's result: the global description is the report
+    rule's front page (report/summary.rst): the per-label table, what the export kept, the
+    plots inline."""
+    root, _ = run
+    html = (root / "report.html").read_text()
+    start = html.index("workflow_desc = ")
+    desc = json.loads(html[start + len("workflow_desc = ") :].split("\n", 1)[0].rstrip(";"))
+    assert "Reward profile" in desc and "System Message" not in desc
+    assert "kept for training: 3 of 8 tasks" in desc
+    assert desc.count("data:image/png;base64,") == 3
+    assert "<table" in desc and ">a<" in desc and ">b<" in desc

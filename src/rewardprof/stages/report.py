@@ -25,6 +25,7 @@ from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.core.extras import require
 from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages.run_summary import front_page
 from rewardprof.store.layout import REPORT_FILES
 
 _LABEL_COLUMNS = [
@@ -291,4 +292,10 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
         ]
         _write_csv(file["export"], cols, rows)
         written.append(file["export"])
+    # the run's directory: out is <run>/report (the report rule's output directory)
+    plots = [(file["hist"], "Pass rate per label"), (file["failures"], "Failures and truncation")]
+    plots.append((file["tokens"], "Output tokens vs pass rate"))
+    with atomic_path(file["front_page"]) as tmp:
+        tmp.write_text(front_page(out.parent, plots))
+    written.append(file["front_page"])
     return {"written": [str(p) for p in written]}

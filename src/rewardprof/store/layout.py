@@ -33,6 +33,7 @@ REPORT_FILES = {
     "steps": "episode_steps.png",
     "labels": "labels.csv",
     "export": "export.csv",
+    "front_page": "summary.rst",  # the report's front page (stages/run_summary.py)
 }
 
 
