@@ -148,7 +148,16 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     balances over the fake engine under two URLs; the NeMo Gym examples use the fake engine;
     .venv is this interpreter's, .venv-nemo-gym the checkout's (when made)."""
     work = root / "checkout"
-    for name in ("rules", "profiles", "config", "data", "envs", "scripts", "tests/data/nemo_gym"):
+    for name in (
+        "rules",
+        "profiles",
+        "config",
+        "data",
+        "envs",
+        "scripts",
+        "report",
+        "tests/data/nemo_gym",
+    ):
         shutil.copytree(REPO / name, work / name)
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     (work / ".venv").symlink_to(Path(sys.prefix))
