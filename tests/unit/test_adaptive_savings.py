@@ -82,3 +82,14 @@ def test_fixed_k_run_says_nothing_and_the_report_table_gains_columns_when_adapti
     assert cols[-3:] == ["rollouts_sent", "rollouts_at_fixed_k", "tasks_stopped_early"]
     assert rows[1]["rollouts_sent"] == 8 and rows[1]["tasks_stopped_early"] == 2
     assert _label_table({"labels": labels})[0][-1] == "truncation_rate"
+
+
+def test_a_label_whose_audit_is_too_small_is_said_so(tmp_path):
+    overall = {"audited_tasks": 3, "would_stop_early": 2, "flipped": 0, "extra_rollouts": 10}
+    small = {"audited_tasks": 2, "would_stop_early": 2, "flipped": 0, "too_few_to_say": True}
+    small |= {"flip_rate_interval": [0.0, 0.842], "detectable_flip_rate": 0.776}
+    saved = _run(tmp_path, {"overall": overall, "labels": {"a": small}})
+    assert savings_lines(saved)[-1] == (
+        "adaptive: audit of label a: 2 tasks, 2 of them stopping early, flip-rate interval "
+        "[0.0, 0.842]: too few to say (it would catch a flip rate of 0.78 or more, not delta's)"
+    )

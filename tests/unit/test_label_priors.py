@@ -12,7 +12,14 @@ import pytest
 from rewardprof.core.config import Config, Export
 from rewardprof.decisions.adaptive import keep_at
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_report, audit_shares, clopper_pearson
+from rewardprof.decisions.audit import (
+    audit_mask,
+    audit_of,
+    audit_report,
+    audit_shares,
+    clopper_pearson,
+    detectable_flip_rate,
+)
 from rewardprof.decisions.grid_prior import GRID, fit_grid
 from rewardprof.decisions.keep_rules import KEEP
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
@@ -157,7 +164,7 @@ def test_audit_sample_runs_to_k_and_reports_its_flip_rate():
     ids = np.array([f"task-{i}" for i in range(size)], dtype=object)
     first = passes[:, :4].sum(axis=1).astype(int)
     fitted = fit_label_priors(np.full(size, 4), first, labels, {"a": True})
-    share = audit_shares({"a": size})["a"]
+    share = audit_shares({"a": size}, minimum=30)["a"]  # a floor of 30, as a user may set
     assert share == pytest.approx(30 / size)
     priors = {"a": LabelPrior(**{**fitted["a"].__dict__, "audit_share": share})}
     audited = audit_of(ids, labels, priors)
@@ -186,6 +193,26 @@ def test_audit_sample_runs_to_k_and_reports_its_flip_rate():
     # a made-up run where every early decision flipped: the warning
     bad = audit_report(labels, audited, audited, ~out.keep, out.keep, BAYES.delta)
     assert bad["overall"]["exceeds_delta"] and len(bad["warnings"]) == 1
+    # ~30 audited tasks cannot confirm a 2 % flip rate: the audit says it is too few to say
+    assert overall["detectable_flip_rate"] > BAYES.delta and overall["too_few_to_say"]
+
+
+def test_the_audit_is_a_budget_and_a_small_label_is_too_few_to_say():
+    """Default: 3 % of each label, no floor (a 32-task label was audited whole). A sample
+    catches a flip rate of 1 - 0.05^(1/n) with 95 % probability: 149 tasks stopping early can
+    vouch for delta 0.02, 10 cannot."""
+    assert audit_shares({"small": 32, "big": 5000}) == {"small": 0.03, "big": 0.03}
+    ids = np.array([f"t{i}" for i in range(32)], dtype=object)
+    audited = audit_mask(ids, np.full(32, "small", dtype=object), {"small": 0.03})
+    assert audited.sum() <= 3
+    assert detectable_flip_rate(149) < 0.02 < detectable_flip_rate(10)
+    assert detectable_flip_rate(0) == 1.0
+    labels = np.array(["small"] * 10 + ["big"] * 200, dtype=object)
+    every = np.ones(210, dtype=bool)
+    report = audit_report(labels, every, every, every, every, 0.02)
+    small, big = report["labels"]["small"], report["labels"]["big"]
+    assert small["too_few_to_say"] and not big["too_few_to_say"]
+    assert small["detectable_flip_rate"] == pytest.approx(1 - 0.05 ** (1 / 10), abs=1e-6)
 
 
 def test_partial_credit_label_agrees_with_fixed_k_under_bayes():

@@ -201,8 +201,10 @@ class Adaptive(StrictModel):
     audit_share: Annotated[float, Field(ge=0, le=1)] = 0.03
     """bayes: share of each label's tasks (chosen by a hash of task_id) that always run to
     num_repeats, so the run measures its own agreement (adaptive/audit.json)."""
-    audit_min_tasks: NonNegativeInt = 30
-    """bayes: audit at least this many tasks per label (at most all of them)."""
+    audit_min_tasks: NonNegativeInt = 0
+    """bayes: audit at least this many tasks per label (at most all of them). 0: the share
+    alone, a budget not a floor; a label too small for a useful audit is reported as such
+    ("too few to say") instead of being audited whole."""
     warm_start: str | None = None
     """bayes: an earlier run's profile/tasks.parquet (e.g. the previous checkpoint's) of the
     same tasks: a task matched by task_id gets a prior from its earlier rewards, trusted as far

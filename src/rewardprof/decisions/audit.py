@@ -1,9 +1,9 @@
 """The audit sample of adaptive `bayes`: tasks that always run to K, so a run measures what
 stopping early cost it.
 
-Which tasks: a fixed share of each label (AUDIT_SHARE, at least AUDIT_MIN tasks, at most the
-whole label), chosen by a hash of task_id: deterministic, independent of the shard layout and
-of the order rollouts arrive in. The share per label is fixed when the priors are fitted (that
+Which tasks: a fixed share of each label (AUDIT_SHARE, at least AUDIT_MIN tasks: 0 by default,
+the share is a budget, not a floor; at most the whole label), chosen by a hash of task_id:
+deterministic, independent of the shard layout and of the order rollouts arrive in. The share per label is fixed when the priors are fitted (that
 job sees every task) and recorded in adaptive/prior.json; a shard then marks its own tasks by
 hash alone.
 
@@ -14,7 +14,10 @@ would have stopped early with a decision other than the one at K. The flip rate 
 audited tasks that would have stopped early (what delta bounds), with an exact binomial
 (Clopper-Pearson) interval; the predicted rate is the planner's own bound, delta. When the
 interval's lower end exceeds delta the stopping rule did worse than it promised on this run:
-a warning, not a failure.
+a warning, not a failure. `detectable_flip_rate`: the smallest flip rate the sample would catch
+(one flip or more) with 95 % probability, 1 - 0.05^(1/n) over n audited tasks that would have
+stopped early; above delta the label's audit is `too_few_to_say`: it cannot confirm the promise,
+only catch a rate that large.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pandas as pd
 from rewardprof.decisions.betafn import betainc, bisect
 
 AUDIT_SHARE = 0.03
-AUDIT_MIN = 30
+AUDIT_MIN = 0
 CONFIDENCE = 0.95
 
 
@@ -85,6 +88,12 @@ def clopper_pearson(flips: int, total: int, level: float = CONFIDENCE) -> tuple[
     return lo, hi
 
 
+def detectable_flip_rate(stopped: int, level: float = CONFIDENCE) -> float:
+    """The smallest flip rate that `stopped` audited tasks would show at least once with
+    probability `level` (1.0 for none)."""
+    return 1.0 - (1.0 - level) ** (1.0 / stopped) if stopped else 1.0
+
+
 def _beta_quantile(q: float, a: float, b: float) -> float:
     return bisect(lambda x: betainc(a, b, x), q, 0.0, 1.0)
 
@@ -118,6 +127,8 @@ def audit_report(
             "flip_rate_interval": [round(lo, 6), round(hi, 6)],
             "predicted_flip_rate_at_most": delta,
             "exceeds_delta": bool(stopped and lo > delta),
+            "detectable_flip_rate": round(detectable_flip_rate(stopped), 6),
+            "too_few_to_say": detectable_flip_rate(stopped) > delta,
         }
 
     by_label = {str(lbl): part(labels == lbl) for lbl in pd.unique(labels)}

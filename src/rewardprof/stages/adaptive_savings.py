@@ -69,6 +69,9 @@ def _audit(path: Path) -> dict[str, Any] | None:
         "labels_audited": {
             lbl: int(r.get("audited_tasks") or 0) for lbl, r in report.get("labels", {}).items()
         },
+        "too_few_to_say": {
+            lbl: r for lbl, r in report.get("labels", {}).items() if r.get("too_few_to_say")
+        },
     }
 
 
@@ -119,5 +122,12 @@ def _audit_lines(audit: dict[str, Any], sent: int) -> list[str]:
         lines.append(
             f"adaptive: audit: none of the {n} would have stopped early, so it measured nothing;"
             " a lower adaptive.audit_min_tasks (0: the share alone) saves those rollouts"
+        )
+    for label, r in (audit.get("too_few_to_say") or {}).items():
+        lines.append(
+            f"adaptive: audit of label {label}: {r.get('audited_tasks', 0)} tasks, "
+            f"{r.get('would_stop_early', 0)} of them stopping early, flip-rate interval "
+            f"{r.get('flip_rate_interval')}: too few to say (it would catch a flip rate of "
+            f"{r.get('detectable_flip_rate', 1.0):.2f} or more, not delta's)"
         )
     return lines
