@@ -4,8 +4,8 @@ stopping early cost it.
 Which tasks: a fixed share of each label (AUDIT_SHARE, at least AUDIT_MIN tasks: 0 by default,
 the share is a budget, not a floor; at most the whole label), chosen by a hash of task_id:
 deterministic, independent of the shard layout and of the order rollouts arrive in. The share
-per label is fixed when the priors are fitted (that job sees every task) and recorded in adaptive/prior.json; a shard then marks its own tasks by
-hash alone.
+per label is fixed when the priors are fitted (that job sees every task) and recorded in
+adaptive/prior.json; a shard then marks its own tasks by hash alone.
 
 What is measured (`audit_report`): for every audited task, the decision the planner would have
 made without the audit (replayed on the task's own rollouts: its prefix is exactly what a
