@@ -10,7 +10,6 @@ rule adaptive_first_round:
         done=LAYOUT.first_round("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
-        keep_logs=keep_attempt_logs("first_round", "first_round_engine"),
     resources:
         engine_slots=engine_resources(),
     log:
@@ -21,7 +20,7 @@ rule adaptive_first_round:
     conda:
         "../envs/core.yaml"
     shell:
-        "{params.keep_logs}rewardprof adaptive-first-round --config {input.cfg:q} --tasks {input.tasks:q}"
+        "rewardprof adaptive-first-round --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.done:q}"
         " --shard {wildcards.i:q} --num-shards {wildcards.n:q}"
         " --engine-log {log.engine:q} 2>> {log.rollout:q}"

@@ -2,7 +2,6 @@
 # rewardprof's pydantic model before any rule is defined, so a misspelled key fails here,
 # before the DAG is built or any job runs.
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -53,25 +52,6 @@ BAYES = CFG.adaptive.mode == "bayes"
 def adaptive_prior_input():
     """bayes: the rollout jobs wait for the priors fitted over all shards' first rounds."""
     return [str(LAYOUT.adaptive_prior)] if BAYES else []
-
-
-# Snakemake deletes a job's log files before it runs the job again, so a rerun would lose the
-# killed attempt's log: each log of a rollout job is a link to logs/<kind>/attempts/<name>,
-# which every attempt appends to (after its "===== ... attempt started" line), and which
-# Snakemake does not know; deleting the link leaves it whole
-def keep_attempt_logs(*kinds):
-    def shell_snippet(wildcards):
-        lines = []
-        for kind in kinds:
-            log = Path(LAYOUT.shard_log(kind, wildcards.i, wildcards.n))
-            kept = shlex.quote(str(log.parent / "attempts" / log.name))
-            lines.append(
-                f"mkdir -p {shlex.quote(str(log.parent / 'attempts'))} && touch {kept} && "
-                f"ln -sfn {shlex.quote(str(Path('attempts', log.name)))} {shlex.quote(str(log))} && "
-            )
-        return "".join(lines)
-
-    return shell_snippet
 
 
 def report_front_page():

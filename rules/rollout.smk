@@ -11,7 +11,6 @@ rule rollout:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
-        keep_logs=keep_attempt_logs("rollout", "engine"),
         prior=["--prior", str(LAYOUT.adaptive_prior)] if BAYES else [],
     resources:
         engine_slots=engine_resources(),
@@ -23,7 +22,7 @@ rule rollout:
     conda:
         "../envs/core.yaml"
     shell:
-        "{params.keep_logs}rewardprof rollout --config {input.cfg:q} --tasks {input.tasks:q}"
+        "rewardprof rollout --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.rollouts:q}"
         " --shard {wildcards.i:q} --num-shards {wildcards.n:q} {params.prior:q}"
         " --engine-log {log.engine:q} 2>> {log.rollout:q}"

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rewardprof.core import redaction
+from rewardprof.core import attempt_log, redaction
 from rewardprof.core.config import Config, ConfigError, json_schema
 from rewardprof.core.errors import RewardprofError
 from rewardprof.manifest.load import validate_config
@@ -376,9 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(redaction.RedactingFilter())
-    if args.command in ATTEMPTS_APPENDED:
-        # the rule appends this job's stderr to the shard's log (`2>>`): each attempt of a
-        # killed or failed job stays there, after the line that says where it began
+    if args.command in ATTEMPTS_APPENDED:  # each attempt's logs kept, after its first line
+        attempt_log.keep_stderr_log()
+        attempt_log.keep_engine_log(args.engine_log)
         logging.info(
             "===== %s attempt started on %s (pid %d) =====",
             args.command,
