@@ -8,7 +8,7 @@ import functools
 
 from rewardprof.core.config import Config
 from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.rollout.heartbeat import FIRST_ROUND_DONE, ShardHeartbeat
+from rewardprof.stages.rollout.heartbeat import FIRST_ROUND_DONE, ShardHeartbeat, beating
 from rewardprof.store.shards import shard_tag
 
 
@@ -26,17 +26,9 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     )
     # `rewardprof status` sees the first round as it sees the rounds: state, rate, ETA
     beat = ShardHeartbeat.for_first_round(job.out, cfg.rollout.progress_interval_s)
-    if beat is not None:
-        beat.write(state="starting")
-        beat.beat_while_starting()
-    opener = shard_job.EngineOpener(cfg.model_name, engine)
-    try:
+    with beating(beat):
+        opener = shard_job.EngineOpener(cfg.model_name, engine)
         summary = shard_job.run_first_round(job, opener, heartbeat=beat)
-    except BaseException as exc:
-        if beat is not None:
-            state = "stopped" if isinstance(exc, (SystemExit, KeyboardInterrupt)) else "failed"
-            beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
-        raise
     if beat is not None:
         beat.write(state=FIRST_ROUND_DONE)
     return summary

@@ -9,9 +9,8 @@ import functools
 from rewardprof.core.config import Config, ConfigError
 from rewardprof.engine.session import engine_session
 from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, beating
 from rewardprof.stages.rollout.progress import peak_rss_mb
-from rewardprof.store.journal import JournalLocked
 from rewardprof.store.shards import shard_tag
 
 
@@ -35,26 +34,13 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
     if cfg.adaptive.mode == "bayes" and priors is None:
         raise ConfigError("adaptive.mode bayes: the rollout needs the fitted priors (--prior)")
     beat = ShardHeartbeat.for_output(out, cfg.rollout.progress_interval_s)
-    if beat is not None:
-        beat.write(state="starting")
-        beat.beat_while_starting()  # serve mode: the engine takes minutes to load
-    try:
+    with beating(beat):
         # the engine is opened only if the journal lacks some rollout (run_shard)
         engine = EngineOpener(
             cfg.model_name, functools.partial(engine_session, cfg, paths.engine_log)
         )
         job = ShardJob(cfg, tasks, journal, out, tag)
         summary = run_shard(job, engine, priors, heartbeat=beat)
-    except JournalLocked:
-        if beat is not None:  # the heartbeat is the running job's: it rewrites it next tick
-            beat.data["state"] = "refused"
-        raise
-    except BaseException as exc:
-        if beat is not None:
-            # SIGTERM (scancel, Snakemake stopping) arrives as SystemExit
-            state = "stopped" if isinstance(exc, (SystemExit, KeyboardInterrupt)) else "failed"
-            beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
-        raise
     if beat is not None:
         beat.write(state="done", by_status=summary["by_status"], peak_rss_mb=peak_rss_mb())
     return summary

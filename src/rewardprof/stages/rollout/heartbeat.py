@@ -11,6 +11,7 @@ whole run's progress line they print.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -18,11 +19,13 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.redaction import redact
+from rewardprof.store.journal import JournalLocked
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.shards import parse_shard_name
 
@@ -199,6 +202,30 @@ def heartbeat_layouts(layout: RunLayout) -> dict[int, float]:
             if parsed:
                 found[parsed[1]] = max(found.get(parsed[1], 0.0), p.stat().st_mtime)
     return found
+
+
+@contextlib.contextmanager
+def beating(beat: ShardHeartbeat | None) -> Iterator[None]:
+    """A shard job's heartbeat around its work (the rollout job's, bayes' first-round job's):
+    `starting`, rewritten from a thread until the state moves on (serve mode: the engine takes
+    minutes to load); on the way out, `refused` when another job holds the shard (the heartbeat
+    is that job's: it rewrites it next tick), `stopped` on SIGTERM (scancel, Snakemake stopping:
+    SystemExit) or Ctrl-C, else `failed` with the error line. The job writes its own end state
+    when the work returns."""
+    if beat is None:
+        yield
+        return
+    beat.write(state="starting")
+    beat.beat_while_starting()
+    try:
+        yield
+    except JournalLocked:
+        beat.data["state"] = "refused"
+        raise
+    except BaseException as exc:
+        state = "stopped" if isinstance(exc, (SystemExit, KeyboardInterrupt)) else "failed"
+        beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
+        raise
 
 
 def is_live(beat: dict[str, Any], now: float) -> bool:
