@@ -33,6 +33,8 @@ from rewardprof.train.from_run import TrainError
 # step's change, and a wrong model or tokenization by whole nats
 PARITY_BOUND = 0.02
 REQUEST_TIMEOUT_S = 300
+# a prompt_logprobs reply is ~100 bytes a token; a context of 2,048 tokens ~0.2 MB
+MAX_REPLY_BYTES = 16 * 2**20
 
 
 def refit_dir(run_dir: Path) -> Path:
@@ -72,7 +74,10 @@ def _prompt_logprobs(base_url: str, model: str, prompt_ids: list, completion_ids
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
-        choice = json.loads(resp.read())["choices"][0]
+        reply = resp.read(MAX_REPLY_BYTES + 1)  # bounded while read
+    if len(reply) > MAX_REPLY_BYTES:
+        raise TrainError(f"{base_url}: prompt_logprobs reply over {MAX_REPLY_BYTES} bytes")
+    choice = json.loads(reply)["choices"][0]
     per_position = choice["prompt_logprobs"]
     return [per_position[j][str(ids[j])]["logprob"] for j in range(len(prompt_ids), len(ids))]
 
