@@ -16,16 +16,22 @@ from pathlib import Path
 ATTEMPTS = "attempts"
 
 
-def _link(path: Path) -> Path:
-    """`path` made a link to attempts/<name> (created if missing); the attempts file."""
+def _attempts_file(path: Path) -> Path:
+    """attempts/<name> beside `path`, with what `path` holds so far appended to it."""
     kept = path.parent / ATTEMPTS / path.name
     kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.touch()
+    previous = path.read_bytes() if path.is_file() else b""
+    with kept.open("ab") as f:
+        f.write(previous)
+    return kept
+
+
+def _link(path: Path) -> None:
+    """`path` replaced by a link to attempts/<name>."""
     tmp = path.with_name(f".{path.name}.link-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     os.symlink(Path(ATTEMPTS) / path.name, tmp)
     os.replace(tmp, path)  # atomic: a reader sees the old file or the link
-    return kept
 
 
 def keep_engine_log(path: str | Path | None) -> None:
@@ -36,11 +42,7 @@ def keep_engine_log(path: str | Path | None) -> None:
     path = Path(path)
     if path.parent.name == ATTEMPTS or path.is_symlink():
         return
-    previous = path.read_bytes() if path.is_file() else b""
-    kept = path.parent / ATTEMPTS / path.name
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    with kept.open("ab") as f:
-        f.write(previous)
+    _attempts_file(path)
     _link(path)
 
 
@@ -57,12 +59,8 @@ def keep_stderr_log() -> None:
     if not path.is_absolute() or path.parent.name == ATTEMPTS or not path.is_file():
         return
     sys.stderr.flush()
-    kept = path.parent / ATTEMPTS / path.name
-    previous = path.read_bytes()
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(kept, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(_attempts_file(path), os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, previous)
         os.dup2(fd, 2)
     finally:
         os.close(fd)
