@@ -30,6 +30,7 @@ REASONS = {
     "slurm": "needs a Slurm cluster and the shipped profile's job sizes",
     "gpu": "needs a GPU machine",
     "install": "installs packages (network, minutes)",
+    # run with the real engine instead, by tests/engine/test_real_doc_commands.py (L2)
     "engine": "needs the real vLLM engine (.venv-engine) and minutes of CPU",
     "tests": "runs a tier of the test suite (the suite cannot run itself)",
 }
@@ -140,6 +141,31 @@ def _engine(server: Any) -> dict:
     return {"mode": "endpoint", "base_url": server.base_url, "model": server.model}
 
 
+_WORKFLOW_FILES = (
+    "rules",
+    "profiles",
+    "config",
+    "data",
+    "envs",
+    "scripts",
+    "report",
+    "tests/data/nemo_gym",
+)
+
+
+def engine_checkout(root: Path) -> Path:
+    """A copy of the checkout's workflow files in root/checkout with its configs as shipped (the
+    real engine): `.venv` is this interpreter's environment, `.venv-engine` the checkout's, and
+    resources/ is empty, as on a fresh clone before the model is converted."""
+    work = root / "checkout"
+    for name in _WORKFLOW_FILES:
+        shutil.copytree(REPO / name, work / name)
+    shutil.copy(REPO / "Snakefile", work / "Snakefile")
+    (work / ".venv").symlink_to(Path(sys.prefix))
+    (work / ".venv-engine").symlink_to((REPO / ".venv-engine").resolve())
+    return work
+
+
 def scratch_checkout(root: Path, server: Any) -> Path:
     """A copy of the checkout's workflow files in root/checkout, its configs using the fake
     engine `server`: config/config.yaml is the shipped default with `engine` replaced;
@@ -148,16 +174,7 @@ def scratch_checkout(root: Path, server: Any) -> Path:
     balances over the fake engine under two URLs; the NeMo Gym examples use the fake engine;
     .venv is this interpreter's, .venv-nemo-gym the checkout's (when made)."""
     work = root / "checkout"
-    for name in (
-        "rules",
-        "profiles",
-        "config",
-        "data",
-        "envs",
-        "scripts",
-        "report",
-        "tests/data/nemo_gym",
-    ):
+    for name in _WORKFLOW_FILES:
         shutil.copytree(REPO / name, work / name)
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     (work / ".venv").symlink_to(Path(sys.prefix))
