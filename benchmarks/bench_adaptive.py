@@ -6,6 +6,8 @@
                                                       # off-family, partial credit + the audit
     python benchmarks/bench_adaptive.py --warm-start  # a new checkpoint, warm-started from the
                                                       # earlier one's profile (K = 16)
+    python benchmarks/bench_adaptive.py --shapes      # exact vs bayes at the defaults, audit
+                                                      # included, exports compared with fixed K
 
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
@@ -53,10 +55,12 @@ from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
 
 try:  # run as a script: benchmarks/ is on sys.path
+    import adaptive_runs as runs_
     import warm_start_scenarios as warm
     from adaptive_scenarios import SCENARIOS
     from adaptive_scenarios import simulate as simulate_scenario
 except ImportError:  # imported as benchmarks.bench_adaptive
+    from benchmarks import adaptive_runs as runs_
     from benchmarks import warm_start_scenarios as warm
     from benchmarks.adaptive_scenarios import SCENARIOS
     from benchmarks.adaptive_scenarios import simulate as simulate_scenario
@@ -158,10 +162,14 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="smoke size (2,000 tasks), one line")
     ap.add_argument("--scenarios", action="store_true", help="adaptive_scenarios.py's table")
     ap.add_argument("--warm-start", action="store_true", help="warm_start_scenarios.py's table")
+    ap.add_argument("--shapes", action="store_true", help="exact vs bayes on held-out shapes")
     ap.add_argument(
         "--delta", type=float, default=0.02, help="--scenarios: bayes' delta (default 0.02)"
     )
     args = ap.parse_args()
+    if args.shapes:
+        print_shapes(args.seed)
+        return
     if args.scenarios:
         print_scenarios(args.seed, args.delta)
         return
@@ -197,6 +205,56 @@ def main() -> None:
             )
         print()
     print(line)
+
+
+def _rare(rng: np.random.Generator, size: int) -> np.ndarray:
+    u = rng.random(size)
+    rare = rng.uniform(0.02, 0.05, size)
+    return np.where(u < 0.5, 0.0, np.where(u < 0.8, rare, np.where(u < 0.9, 1.0, rng.random(size))))
+
+
+# held out: none of them was looked at while the stopping rule was tuned
+SHAPES = {
+    "U-shaped, Beta(0.5, 0.5)": lambda rng, size: rng.beta(0.5, 0.5, size),
+    "bimodal, rare successes (30 % at p 0.02-0.05)": _rare,
+    "uniform": lambda rng, size: rng.random(size),
+    "near 0.5, Beta(20, 20)": lambda rng, size: rng.beta(20, 20, size),
+}
+# label size -> runs (independent labels) per row
+LABEL_SIZES = {10: 20, 30: 10, 120: 5, 1000: 2}
+
+
+def print_shapes(seed: int) -> None:
+    """exact and bayes (defaults: delta 0.02, audit 3 %) on one label per run, K = 16; each
+    run's export against fixed K's export (adaptive_runs.py)."""
+    print(
+        "| shape | label size | runs | exact: share | bayes: share (audit included) "
+        "| bayes: export agreement, mean (min) | audited tasks, all runs |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    ex = Export()
+    for i, (name, draw) in enumerate(SHAPES.items()):
+        for size, runs in LABEL_SIZES.items():
+            shares_e, shares_b, agree, audited = [], [], [], 0
+            for r in range(runs):
+                rng = np.random.default_rng(seed + 1000 * i + r)
+                p = draw(rng, size)
+                outcomes = (rng.random((size, K)) < p[:, None]).astype(float)
+                k = np.full(size, K)
+                labels = np.full(size, "label", dtype=object)
+                fixed = runs_.fixed_keep(outcomes, k, labels, ex)
+                _, pos, _ = runs_.exact_run(outcomes, k, labels, ex)
+                shares_e.append(len(pos) / (size * K))
+                plan_b, pos, idx, audit = runs_.bayes_run(outcomes, k, labels, ex, salt=f"{r}")
+                shares_b.append(len(pos) / (size * K))
+                kept = runs_.export_keep(ex, outcomes, k, labels, pos, idx, plan_b)
+                agree.append(float((kept == fixed).mean()))
+                audited += 0 if audit is None else int(audit.sum())
+            print(
+                f"| {name} | {size} | {runs} | {np.mean(shares_e):.3f} | {np.mean(shares_b):.3f} "
+                f"| {np.mean(agree) * 100:.2f} % ({min(agree) * 100:.1f} %) | {audited} |",
+                flush=True,
+            )
 
 
 def print_scenarios(seed: int, delta: float) -> None:

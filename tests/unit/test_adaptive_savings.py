@@ -50,15 +50,18 @@ def test_the_audit_agreement_and_cost_are_said_when_the_run_has_one(tmp_path):
     assert saved["audit"]["agreed"] == 19
     lines = savings_lines(saved)
     assert (
-        "adaptive: a: 12 of 16 rollouts, 1 of 2 tasks stopped early, 1 ran to K as the audit"
-        in lines
+        "adaptive: a: 12 of 16 rollouts, 1 of 2 tasks stopped early, 1 audited (never stopped "
+        "by the prior)" in lines
     )
     assert lines[-2] == (
-        "adaptive: audit: 30 tasks ran to K to check the early stops (adaptive.audit_share "
-        "0.03, at least adaptive.audit_min_tasks 30 per label), costing 5 rollouts (25.0 % of "
-        "those sent) beyond what stopping early needed"
+        "adaptive: audit: 30 tasks never stopped by the prior, to check its stops "
+        "(adaptive.audit_share 0.03, at least adaptive.audit_min_tasks 30 per label), costing "
+        "5 rollouts (25.0 % of those sent) beyond what stopping early needed"
     )
-    assert lines[-1].startswith("adaptive: audit: 20 of the 30 would have stopped early; 19 of")
+    assert lines[-1].startswith(
+        "adaptive: audit: the prior would have stopped 20 of the 30; 19 of those decided as "
+        "fixed K does (share of tasks decided otherwise: 95 % interval [0.001, 0.25])"
+    )
 
 
 def test_an_audit_that_measured_nothing_says_so_and_which_setting_saves_it(tmp_path):
@@ -68,7 +71,7 @@ def test_an_audit_that_measured_nothing_says_so_and_which_setting_saves_it(tmp_p
     saved = _run(tmp_path, {"overall": overall, "labels": {}})
     lines = savings_lines(saved)
     assert "costing 64 rollouts (320.0 % of those sent)" in lines[-2]
-    assert "none of the 32 would have stopped early" in lines[-1]
+    assert "the prior would have stopped none of the 32" in lines[-1]
     assert "adaptive.audit_min_tasks" in lines[-1]
 
 
@@ -90,6 +93,6 @@ def test_a_label_whose_audit_is_too_small_is_said_so(tmp_path):
     small |= {"flip_rate_interval": [0.0, 0.842], "detectable_flip_rate": 0.776}
     saved = _run(tmp_path, {"overall": overall, "labels": {"a": small}})
     assert savings_lines(saved)[-1] == (
-        "adaptive: audit of label a: 2 tasks, 2 of them stopping early, flip-rate interval "
+        "adaptive: audit of label a: 2 tasks, 2 of them stopped by the prior, flip-rate interval "
         "[0.0, 0.842]: too few to say (it would catch a flip rate of 0.78 or more, not delta's)"
     )

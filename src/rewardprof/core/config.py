@@ -189,18 +189,22 @@ class Adaptive(StrictModel):
 
     mode: Literal["off", "exact", "bayes"] = "off"
     """off: every task gets num_repeats; exact: stop when no outcome of the remaining rollouts
-    can change the decision; bayes: stop when P(decision at num_repeats differs) < delta."""
+    can change the decision; bayes: exact's stops, and from min_rollouts on, stops by the
+    label's prior that keep the expected share of decisions differing from fixed K <= delta."""
     min_rollouts: PositiveInt = 4
-    """bayes: the first round, every task gets at least this many (at most num_repeats). Not
-    given and warm_start set: 3 (with an earlier profile most tasks are settled by the first
-    round, so its size is most of the cost: docs/adaptive.md)."""
+    """bayes: the first round, exact's rounds until a task is settled or has this many (at most
+    num_repeats); the priors are fitted on it and speak from here on. Not given and warm_start
+    set: 3 (with an earlier profile most tasks are settled by the first round, so its size is
+    most of the cost: docs/adaptive.md)."""
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.02
-    """bayes: the tolerated probability that a stopped task's decision differs from fixed K."""
+    """bayes: the tolerated share of a label's tasks whose decision differs from fixed K's (1 -
+    agreement), spent where stopping saves the most (docs/adaptive.md)."""
     round_size: PositiveInt = 2
     """Rollouts per task per round after the first (exact's first round is this too)."""
     audit_share: Annotated[float, Field(ge=0, le=1)] = 0.03
-    """bayes: share of each label's tasks (chosen by a hash of task_id) that always run to
-    num_repeats, so the run measures its own agreement (adaptive/audit.json)."""
+    """bayes: share of each label's tasks (chosen by a hash of task_id, salted per run) that the
+    prior never stops (they run until the keep rules settle them), so the run measures its own
+    agreement (adaptive/audit.json)."""
     audit_min_tasks: NonNegativeInt = 0
     """bayes: audit at least this many tasks per label (at most all of them). 0: the share
     alone, a budget not a floor; a label too small for a useful audit is reported as such

@@ -42,7 +42,11 @@ from rewardprof.decisions.robust_stop import robust_bayes_stop
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """mode exact | bayes; `first`: the first round per task; then `round_size` at a time."""
+    """mode exact | bayes; `first`: the first round per task; then `round_size` at a time.
+    `bayes_from`: bayes tests a task by its label's prior only from this many rollouts on
+    (adaptive.min_rollouts; below it, the exact test alone, so bayes settles every task exact
+    settles, at the same point); `stop_at`: a phase that grows no task past this many rollouts
+    (bayes' first round: exact's rounds up to min_rollouts, what the prior is fitted on)."""
 
     mode: str
     first: int
@@ -51,6 +55,8 @@ class AdaptiveSettings:
     group_size: int = 8
     ci_level: float = 0.95
     signal_threshold: float = 0.1
+    bayes_from: int = 0
+    stop_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class Plan:
         return owner[~have], idx[~have]
 
 
-def _uses_posterior(ex) -> bool:
+def uses_posterior(ex) -> bool:
     return ex.min_expected_signal is not None or ex.min_signal_probability is not None
 
 
@@ -154,7 +160,7 @@ def plan(
     decisions/warm_start.py)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
-    if settings.mode == "exact" and _uses_posterior(ex):
+    if settings.mode == "exact" and uses_posterior(ex):
         raise ValueError(
             "adaptive mode exact cannot settle posterior keep rules (min_expected_signal, "
             "min_signal_probability): their prior depends on rollouts not yet sampled; use bayes"
@@ -162,11 +168,12 @@ def plan(
     k = np.asarray(num_repeats, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
     keys = labels if prior_keys is None else np.asarray(prior_keys, dtype=object)
-    if settings.mode == "bayes" or _uses_posterior(ex):
+    if settings.mode == "bayes" or uses_posterior(ex):
         for label in pd.unique(labels):
             if label not in (priors or {}):
                 raise ValueError(f"adaptive: no prior for label {label!r}")
-    n_t = np.minimum(settings.first, k)
+    limit = k if settings.stop_at is None else np.minimum(k, settings.stop_at)
+    n_t = np.minimum(settings.first, limit)
     done = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
     waiting = np.zeros(len(k), dtype=bool)
@@ -185,65 +192,75 @@ def plan(
         waiting |= open_ & ~ready
         test = open_ & ready
         at_k = n_t >= k
-        state = (n_ok, passes, distinct, binary)
-        settled, kept = _settled(settings, ex, k, (labels, keys), priors, *state, test & ~at_k)
+        # bayes' prior speaks only from bayes_from rollouts on
+        state = (n_ok, passes, distinct, binary, n_t >= np.minimum(settings.bayes_from, k))
+        settled, kept, by_prior = _settled(
+            settings, ex, k, (labels, keys), priors, *state, test & ~at_k
+        )
         # at K: the rules' decision on what the task has (as the export decides it)
-        _, kept_at_k = _settled(
+        _, kept_at_k, _ = _settled(
             replace(settings, mode="exact"), ex, k, (labels, keys), priors, *state, test & at_k
         )
         # at K, too few scored rollouts: the export's no_rollouts drop
         kept_at_k &= n_ok >= ex.min_rollouts
         kept = np.where(at_k, kept_at_k, kept)
-        settled &= ~audited  # audited: always to K
+        # audited: never stopped by the prior (a task the rules settle cannot flip: it stops)
+        settled &= ~(audited & by_prior)
         finished = test & (settled | at_k)
         done |= finished
         keep[finished] = kept[finished]
         grow = test & ~finished
-        n_t = np.where(grow, np.minimum(n_t + settings.round_size, k), n_t)
+        waiting |= grow & (n_t >= limit)  # the end of a phase (stop_at), not a decision
+        grow &= n_t < limit
+        n_t = np.where(grow, np.minimum(n_t + settings.round_size, limit), n_t)
     return Plan(n_t, done, done & (n_t < k), keep)
 
 
-def _settled(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, test):
-    """(settled, keep) for the tasks in `test` (other entries are False), computed once per
-    distinct state (prior key, K, ok rollouts, passes, variance, 0/1 rewards); `labels_keys`:
-    per task its label and the key of its prior (a key belongs to one label)."""
+def _settled(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, eligible, test):
+    """(settled, keep, settled by the prior alone) for the tasks in `test` (other entries are
+    False), computed once per distinct state (prior key, K, ok rollouts, passes, variance, 0/1
+    rewards, eligible for the prior's test); `labels_keys`: per task its label and the key of
+    its prior (a key belongs to one label)."""
     labels, keys = labels_keys
     settled = np.zeros(len(k), dtype=bool)
     keep = np.zeros(len(k), dtype=bool)
+    by_prior = np.zeros(len(k), dtype=bool)
     rows = np.flatnonzero(test)
     if not len(rows):
-        return settled, keep
+        return settled, keep, by_prior
     label_code = pd.factorize(keys[rows])[0].astype(np.int64)
     width = int(k.max()) + 1
     key = label_code
     for part in (k[rows], n_ok[rows], passes[rows]):
         key = key * width + part
-    key = (key * 2 + (distinct[rows] > 1)) * 2 + binary[rows]
+    key = ((key * 2 + (distinct[rows] > 1)) * 2 + binary[rows]) * 2 + eligible[rows]
     _, first, codes = np.unique(key, return_index=True, return_inverse=True)
     codes = codes.reshape(-1)
     reps = rows[first]  # one task per distinct state
-    s_rep, k_rep = _settled_states(
-        settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, reps
-    )
-    settled[rows] = s_rep[codes]
-    keep[rows] = k_rep[codes]
-    return settled, keep
+    state = (n_ok, passes, distinct, binary, eligible)
+    s_rep, k_rep, p_rep = _settled_states(settings, ex, k, labels_keys, priors, state, reps)
+    settled[rows], keep[rows], by_prior[rows] = s_rep[codes], k_rep[codes], p_rep[codes]
+    return settled, keep, by_prior
 
 
-def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, reps):
-    """(settled, keep) per representative task (arrays aligned with reps)."""
+def _settled_states(settings, ex, k, labels_keys, priors, state, reps):
+    """(settled, keep, settled by the prior alone) per representative task (arrays aligned
+    with reps); `state`: per task (ok rollouts, passes, distinct rewards, 0/1 rewards,
+    eligible for the prior's test)."""
     labels, keys = labels_keys
+    n_ok, passes, distinct, binary, eligible = state
     settled = np.zeros(len(reps), dtype=bool)
     keep = np.zeros(len(reps), dtype=bool)
+    by_prior = np.zeros(len(reps), dtype=bool)
     for key in pd.unique(keys[reps]):
         at = np.flatnonzero(keys[reps] == key)
         rows = reps[at]
         label = labels[rows[0]]
         prior = (priors or {}).get(key)
-        if (settings.mode == "bayes" or _uses_posterior(ex)) and prior is None:
+        if (settings.mode == "bayes" or uses_posterior(ex)) and prior is None:
             raise ValueError(f"adaptive: no prior for label {key!r}")
         post_fn = None
-        if _uses_posterior(ex):
+        if uses_posterior(ex):
             post_fn = posterior_fn_for(
                 prior.mixture if isinstance(prior, LabelPrior) else prior,
                 level=settings.ci_level,
@@ -276,7 +293,7 @@ def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct
         # a task at K whose failures leave it undecided keeps per on_undecided
         keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
         if settings.mode == "bayes" and _stops_by_bayes(prior):
-            by_k = np.flatnonzero(binary[rows] & ~exact)
+            by_k = np.flatnonzero(binary[rows] & eligible[rows] & ~exact)
             stop_fn = robust_bayes_stop if isinstance(prior, LabelPrior) else bayes_stop
             for kk in np.unique(k[rows][by_k]):
                 sel = by_k[k[rows][by_k] == kk]
@@ -292,11 +309,13 @@ def _settled_states(settings, ex, k, labels_keys, priors, n_ok, passes, distinct
                     post_fn,
                 )
                 settled[at[sel]] = stop | exact[sel]
+                by_prior[at[sel]] = stop & ~exact[sel]
                 keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
         # the export drops a task with fewer than min_rollouts scored rollouts whatever they
         # say, and any rollout still to come may fail: a keep is settled only on enough of them
         settled[at] &= ~(keep[at] & (n < ex.min_rollouts))
-    return settled, keep
+        by_prior[at] &= settled[at]
+    return settled, keep, by_prior
 
 
 def _stops_by_bayes(prior) -> bool:

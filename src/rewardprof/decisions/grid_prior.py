@@ -81,6 +81,19 @@ class GridPrior:
         return rng.choice(GRID, size=size, p=self.w / self.w.sum())
 
 
+def predictive_many(weights: np.ndarray, n: int, c: int, m: int) -> np.ndarray:
+    """GridPrior.predictive for many priors at once: `weights` [prior, g] -> [prior, j]."""
+    log_w = _log(weights) + _log_binomial_kernel(n, c)[None, :]
+    top = log_w.max(axis=1, keepdims=True)
+    post = np.where(np.isfinite(top), np.exp(log_w - np.where(np.isfinite(top), top, 0.0)), 1.0)
+    post /= post.sum(axis=1, keepdims=True)
+    j = np.arange(m + 1)
+    kern = np.exp(_log_choose(m, j)[None, :] + _xlogy(j[None, :], GRID[:, None]))
+    kern *= np.exp(_xlogy(m - j[None, :], 1.0 - GRID[:, None]))
+    pmf = post @ kern
+    return pmf / pmf.sum(axis=1, keepdims=True)
+
+
 def _log(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(x)

@@ -56,6 +56,13 @@ class LabelPrior:
     mixture: MixturePrior | None = None
     # share of the label's tasks in the audit sample (decisions/audit.py), set by the run
     audit_share: float = 0.0
+    # K -> the stopping threshold tau (decisions/stop_budget.py), set by the run; without
+    # one the test is the per-task one (every candidate's P(flip) below delta)
+    stop_thresholds: dict[int, float] | None = None
+    # the audit hash's key (decisions/audit.py), set by the run: its generation key
+    audit_salt: str = ""
+    # the largest salted hash of the label's audited tasks (-1: none), set by the run
+    audit_cutoff: float | None = None
 
     @property
     def point(self) -> GridPrior:
@@ -70,6 +77,13 @@ class LabelPrior:
             "candidates": [c.as_dict()["weights"] for c in self.candidates],
             "mixture": self.mixture.as_dict() if self.mixture else None,
             "audit_share": self.audit_share,
+            "audit_salt": self.audit_salt,
+            "audit_cutoff": self.audit_cutoff,
+            "stop_thresholds": (
+                None
+                if self.stop_thresholds is None
+                else {str(k): round(t, 12) for k, t in self.stop_thresholds.items()}
+            ),
         }
 
     @classmethod
@@ -78,7 +92,11 @@ class LabelPrior:
         cands = tuple(GridPrior.from_dict({"weights": w, "tasks": tasks}) for w in d["candidates"])
         mixture = MixturePrior.from_dict(d["mixture"]) if d.get("mixture") else None
         head = (tasks, str(d["source"]), bool(d["binary"]), str(d["stop_mode"]), cands, mixture)
-        return cls(*head, float(d.get("audit_share", 0.0)))
+        taus = d.get("stop_thresholds")
+        taus = None if taus is None else {int(k): float(t) for k, t in taus.items()}
+        share, salt = float(d.get("audit_share", 0.0)), str(d.get("audit_salt", ""))
+        cutoff = d.get("audit_cutoff")
+        return cls(*head, share, taus, salt, None if cutoff is None else float(cutoff))
 
 
 def _near_index(p: float) -> int:

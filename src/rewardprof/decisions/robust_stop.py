@@ -1,4 +1,6 @@
-"""bayes' stopping test across the priors the first round cannot rule out.
+"""bayes' stopping test: with the label's threshold tau (decisions/stop_budget.py, recorded by
+the run), the point fit's P(flip) <= tau; without one, across the priors the first round cannot
+rule out, as follows.
 
 For a 0/1-reward task with c passes in n rollouts and a label prior with candidate grid priors
 (decisions/label_prior.py), each candidate predicts the remaining K - n passes
@@ -32,6 +34,19 @@ def flip_range(
     return worst, keep
 
 
+def point_flip(
+    ex, prior: LabelPrior, n: int, c: int, k: int, group_size: int, label: str = "", post_fn=None
+) -> tuple[float, bool]:
+    """(P(decision at k differs from the most likely one) under the point fit, that decision
+    is keep)."""
+    remaining = k - n
+    if remaining <= 0:
+        return 0.0, bool(keep_at(ex, k, [c], group_size, label, post_fn)[0])
+    keep_j = keep_at(ex, k, c + np.arange(remaining + 1), group_size, label, post_fn)
+    p_keep = float(prior.point.predictive(n, c, remaining)[keep_j].sum())
+    return (1.0 - p_keep if p_keep >= 0.5 else p_keep), p_keep >= 0.5
+
+
 def robust_bayes_stop(
     ex,
     prior: LabelPrior,
@@ -49,8 +64,12 @@ def robust_bayes_stop(
     if not len(n):
         return np.zeros(0, bool), np.zeros(0, bool), np.zeros(0)
     keys, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
-    rows = [flip_range(ex, prior, int(a), int(b), k, group_size, label, post_fn) for a, b in keys]
+    tau = (prior.stop_thresholds or {}).get(k)
+    # with the label's threshold: the point fit's P(flip) (decisions/stop_budget.py)
+    test = flip_range if tau is None else point_flip
+    rows = [test(ex, prior, int(a), int(b), k, group_size, label, post_fn) for a, b in keys]
     inverse = inverse.reshape(-1)
     p_flip = np.array([r[0] for r in rows])[inverse]
     keep = np.array([r[1] for r in rows], dtype=bool)[inverse]
-    return (p_flip < delta) | (n >= k), keep, p_flip
+    stop = (p_flip < delta) if tau is None else (p_flip <= tau)
+    return stop | (n >= k), keep, p_flip

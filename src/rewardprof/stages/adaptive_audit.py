@@ -1,10 +1,11 @@
 """adaptive audit (bayes): how often the run's early decisions differ from the decision at K,
 measured on its audit sample (decisions/audit.py), written to adaptive/audit.json.
 
-The audited tasks ran to num_repeats. Replaying the planner on the merged rollouts without the
-audit gives, for each of them, what it would have decided and whether it would have stopped
-early (a round only looks at the rollouts below its size, so the replay sees exactly what an
-unaudited task would have seen); the plan with the audit gives the decision at K.
+The prior stopped no audited task: each ran until the keep rules settled it (at num_repeats at
+the latest). Replaying the planner on the merged rollouts without the audit gives, for each of
+them, what it would have decided and whether the prior would have stopped it (a round only
+looks at the rollouts below its size, so the replay sees exactly what an unaudited task would
+have seen); the plan with the audit gives the decision at K.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: 
     report = audit_report(
         labels,
         audited & with_audit.done,
-        replayed.stopped_early,
+        # stopped by the prior: the audit made it go on (a stop by the rules stops it too)
+        replayed.stopped_early & (with_audit.planned > replayed.planned),
         replayed.keep,
         with_audit.keep,
         settings.delta,

@@ -90,7 +90,7 @@ def savings_lines(saved: dict[str, Any]) -> list[str]:
         lines.append(
             f"adaptive: {label}: {r['rollouts_sent']} of {r['rollouts_at_fixed_k']} rollouts, "
             f"{r['tasks_stopped_early']} of {r['tasks']} tasks stopped early"
-            + (f", {audited} ran to K as the audit" if audited else "")
+            + (f", {audited} audited (never stopped by the prior)" if audited else "")
         )
     if audit:
         lines.extend(_audit_lines(audit, sent))
@@ -109,24 +109,25 @@ def _audit_lines(audit: dict[str, Any], sent: int) -> list[str]:
         else ""
     )
     lines = [
-        f"adaptive: audit: {n} tasks ran to K to check the early stops{sized}, costing {extra} "
-        f"rollouts ({share:.1f} % of those sent) beyond what stopping early needed"
+        f"adaptive: audit: {n} tasks never stopped by the prior, to check its stops{sized}, "
+        f"costing {extra} rollouts ({share:.1f} % of those sent) beyond what stopping early "
+        "needed"
     ]
     if audit["stopped_early"]:
         lines.append(
-            f"adaptive: audit: {audit['stopped_early']} of the {n} would have stopped early; "
-            f"{audit['agreed']} of those decided as fixed K does (flip rate 95 % interval "
-            f"{audit['flip_rate_interval']})"
+            f"adaptive: audit: the prior would have stopped {audit['stopped_early']} of the {n}; "
+            f"{audit['agreed']} of those decided as fixed K does (share of tasks decided "
+            f"otherwise: 95 % interval {audit['flip_rate_interval']})"
         )
     elif n:
         lines.append(
-            f"adaptive: audit: none of the {n} would have stopped early, so it measured nothing;"
-            " a lower adaptive.audit_min_tasks (0: the share alone) saves those rollouts"
+            f"adaptive: audit: the prior would have stopped none of the {n}, so it measured "
+            "nothing; a lower adaptive.audit_min_tasks (0: the share alone) saves those rollouts"
         )
     for label, r in (audit.get("too_few_to_say") or {}).items():
         lines.append(
             f"adaptive: audit of label {label}: {r.get('audited_tasks', 0)} tasks, "
-            f"{r.get('would_stop_early', 0)} of them stopping early, flip-rate interval "
+            f"{r.get('would_stop_early', 0)} of them stopped by the prior, flip-rate interval "
             f"{r.get('flip_rate_interval')}: too few to say (it would catch a flip rate of "
             f"{r.get('detectable_flip_rate', 1.0):.2f} or more, not delta's)"
         )

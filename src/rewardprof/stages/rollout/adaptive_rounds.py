@@ -28,10 +28,23 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
+from rewardprof.decisions.adaptive import posterior_fn_for
+from rewardprof.decisions.adaptive_plan import (
+    AdaptiveSettings,
+    Plan,
+    Records,
+    plan,
+    uses_posterior,
+)
+from rewardprof.decisions.audit import (
+    audit_of,
+    audit_shares,
+    with_audit_cutoffs,
+    with_audit_shares,
+)
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
+from rewardprof.decisions.stop_budget import with_stop_thresholds
 from rewardprof.decisions.task_rounds import TaskRounds
 from rewardprof.decisions.warm_start import (
     EARLIER_COLUMNS,
@@ -48,19 +61,33 @@ from rewardprof.store.journal import scan_journal
 
 
 def settings_of(cfg: Config) -> AdaptiveSettings | None:
-    """The planner's settings, None when adaptive sampling is off."""
+    """The planner's settings, None when adaptive sampling is off. bayes runs exact's rounds
+    (the exact test alone) until a task has adaptive.min_rollouts, and its prior's test from
+    there on; with posterior keep rules (which exact cannot settle) every task's first round
+    is min_rollouts."""
     a = cfg.adaptive
     if a.mode == "off":
         return None
+    staged = a.mode == "exact" or not uses_posterior(cfg.export)
     return AdaptiveSettings(
         mode=a.mode,
-        first=a.round_size if a.mode == "exact" else a.min_rollouts,
+        first=a.round_size if staged else a.min_rollouts,
         round_size=a.round_size,
         delta=a.delta,
         group_size=cfg.profile.group_size,
         ci_level=cfg.profile.ci_level,
         signal_threshold=cfg.profile.signal_threshold,
+        bayes_from=a.min_rollouts if a.mode == "bayes" else 0,
     )
+
+
+def first_round_settings(cfg: Config) -> AdaptiveSettings | None:
+    """bayes' first round, what its priors are fitted on: exact's rounds, no task past
+    adaptive.min_rollouts (None: every task's first min_rollouts, with posterior keep rules)."""
+    settings = settings_of(cfg)
+    if settings is None or settings.first >= cfg.adaptive.min_rollouts:
+        return None
+    return replace(settings, mode="exact", bayes_from=0, stop_at=cfg.adaptive.min_rollouts)
 
 
 def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFrame:
@@ -136,7 +163,37 @@ def stopping_priors(
             "drift": drift.as_dict() if drift else None,
             "task_keys": fitted.task_keys,
         }
+    fitted = _with_thresholds(cfg, tasks, fitted, salt=gen_key)
     return {lbl: p.as_dict() for lbl, p in fitted.items()}, warm
+
+
+def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted, salt: str):
+    """Each bayes prior with its stopping threshold per K of its tasks (stop_budget.py), and
+    the run's audit salt on every prior (decisions/audit.py)."""
+    settings = settings_of(cfg)
+    ids = tasks["task_id"].to_numpy(dtype=object)
+    labels = tasks["label"].to_numpy(dtype=object)
+    keys = prior_keys_of(ids, labels, fitted)
+    keys = labels if keys is None else keys
+    k = tasks["num_repeats"].to_numpy(np.int64)
+    ks = {key: set(k[keys == key].tolist()) for key in pd.unique(keys)}
+    post_fns = None
+    if uses_posterior(cfg.export):
+        post_fns = {
+            key: posterior_fn_for(
+                p.mixture,
+                level=settings.ci_level,
+                group_size=settings.group_size,
+                signal_threshold=settings.signal_threshold,
+            )
+            for key, p in fitted.items()
+            if p.mixture is not None
+        }
+    thresholded = with_stop_thresholds(dict(fitted), ks, settings, cfg.export, post_fns)
+    thresholded = {key: replace(p, audit_salt=salt) for key, p in thresholded.items()}
+    if isinstance(fitted, PriorSet):
+        thresholded = PriorSet(thresholded, fitted.task_keys)
+    return with_audit_cutoffs(thresholded, ids, labels)
 
 
 def earlier_counts(path: Path) -> dict[str, tuple[int, int]]:

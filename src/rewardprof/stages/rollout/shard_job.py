@@ -26,8 +26,11 @@ from rewardprof.core.kinds import OK
 from rewardprof.engine.session import Endpoint
 from rewardprof.stages.rollout.adaptive_rounds import (
     checked_plan,
+    first_round_settings,
+    missing_lists,
     plan_metadata,
     settings_of,
+    shard_plan,
     shard_rounds,
 )
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
@@ -110,18 +113,26 @@ def run_shard(
 def run_first_round(
     job: ShardJob, engine: EngineOpener, heartbeat: ShardHeartbeat | None = None
 ) -> dict[str, Any]:
-    """bayes' first step in a shard: every task's rollouts below adaptive.min_rollouts (at
-    most K), then a summary at job.out saying the shard's first round is journaled."""
-    first = job.cfg.adaptive.min_rollouts
+    """bayes' first step in a shard: exact's rounds until each task is settled or has
+    adaptive.min_rollouts (at most K; every task's first min_rollouts with posterior keep
+    rules), then a summary at job.out saying the shard's first round is journaled."""
+    cfg = job.cfg
+    first = cfg.adaptive.min_rollouts
+    phase = first_round_settings(cfg)
     with _open_shard(job, engine, phase=FIRST_ROUND) as run:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
         winners = _first_round_winners(run, wanted)
-        missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
-        if heartbeat is not None:  # done/expected and the ETA are the first round's
+        work: Work = FixedWork(
+            missing_indices(run.tasks, winners[winners["status"] == OK], wanted), cfg.engine.max_n
+        )
+        if phase is not None:  # exact's rounds, up to min_rollouts
+            rounds = shard_rounds(cfg, phase, run.tasks, job.journal, run.gen_key)
+            work = RoundsWork(rounds, cfg.engine.max_n)
+        if heartbeat is not None:  # done/expected (at most) and the ETA are the first round's
             journaled = int((winners["status"] == OK).sum())
             heartbeat.data.update(expected=int(wanted.sum()), journaled_ok=journaled)
             heartbeat.data["gen_key"] = run.gen_key
-        sent = _sample(run, engine, FixedWork(missing, job.cfg.engine.max_n), heartbeat)
+        sent = _sample(run, engine, work, heartbeat)
         winners = _first_round_winners(run, wanted)
         summary = {
             "shard": job.tag,
@@ -131,8 +142,14 @@ def run_first_round(
             "present": len(winners),
             "ok": int((winners["status"] == OK).sum()),
         }
-        if summary["present"] != int(wanted.sum()):
+        if phase is None and summary["present"] != int(wanted.sum()):
             raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
+        if phase is not None:  # the plan on the journal asks for nothing more
+            plan_, records = shard_plan(
+                cfg, phase, run.tasks, run.journal_dir, run.gen_key, run.failed_here
+            )
+            if any(missing_lists(plan_, records)):
+                raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
         write_json_atomic(job.out, summary)
         return summary
 

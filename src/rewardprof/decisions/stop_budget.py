@@ -1,0 +1,146 @@
+"""bayes' stopping threshold per label: the allowed flips spent where they save the most.
+
+delta bounds the share of a label's tasks whose decision differs from fixed K's (1 - agreement),
+not each task's own chance of flipping: requiring every stopped task to be 98 % sure left most
+of the allowance unspent (0 realized flips where 2 % were allowed) and stopped almost nothing.
+So each label gets one threshold tau, fixed when its prior is fitted and recorded with it: a
+0/1-reward task with c passes in n rollouts (n at least bayes_from, not settled by the rules)
+stops when the point fit's P(decision at K differs from the most likely one) is at most tau.
+tau is the largest value for which, under every candidate prior the first round cannot rule
+out (decisions/label_prior.py), the expected share of the label's tasks that stop on a flipped
+decision is at most delta. That expectation is a forward pass over the states (n, c) a task
+can reach in the planner's rounds (decisions/adaptive_plan.py): from the first round's
+predictive distribution, each state either settles by the rules (no flip), stops by tau (a
+flip with the candidate's probability), or grows by a round. A task's plan stays a function of
+its own results and the recorded prior (no barrier), and the expected rollouts per task come
+out of the same pass (`expected_share`, what `rewardprof estimate` predicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rewardprof.decisions.adaptive import keep_at
+from rewardprof.decisions.grid_prior import predictive_many
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """The planner's rounds: `first` rollouts, then `round_size` more, up to `k`; the prior's
+    test from `bayes_from` rollouts on."""
+
+    k: int
+    first: int
+    round_size: int
+    bayes_from: int
+
+    def sizes(self) -> list[int]:
+        out, n = [], min(self.first, self.k)
+        while True:
+            out.append(n)
+            if n >= self.k:
+                return out
+            n = min(n + self.round_size, self.k)
+
+
+@dataclass(frozen=True)
+class _State:
+    n: int
+    c: int
+    settled: bool  # by the rules, whatever is still to come
+    p_flip: float  # the point fit's chance that the most likely decision at K is wrong
+    flip: np.ndarray  # per candidate: the chance that decision is wrong
+    grow: np.ndarray  # per candidate and j: P(j passes in the next round)
+
+
+def _states(ex, prior, rounds: Rounds, group_size: int, label: str, post_fn) -> list[_State]:
+    weights = np.array([cand.w for cand in prior])
+    out = []
+    sizes = rounds.sizes()
+    for n, nxt in zip(sizes, [*sizes[1:], sizes[-1]], strict=True):
+        rest = rounds.k - n
+        for c in range(n + 1):
+            keep_j = keep_at(ex, rounds.k, c + np.arange(rest + 1), group_size, label, post_fn)
+            settled = bool(keep_j.all() or not keep_j.any())
+            # the export drops a keep with fewer than min_rollouts scored rollouts
+            settled &= not (keep_j.all() and n < ex.min_rollouts and rest > 0)
+            p_keep = predictive_many(weights, n, c, rest)[:, keep_j].sum(axis=1)
+            keep = p_keep[0] >= 0.5
+            flip = (1.0 - p_keep) if keep else p_keep
+            grow = predictive_many(weights, n, c, nxt - n)
+            out.append(_State(n, c, settled or rest == 0, float(flip[0]), flip, grow))
+    return out
+
+
+def _forward(states: list[_State], prior, rounds: Rounds, tau: float):
+    """Per candidate: (expected share of tasks stopped on a flipped decision, expected rollouts
+    per task) when tasks stop at p_flip <= tau."""
+    by = {(s.n, s.c): s for s in states}
+    sizes = rounds.sizes()
+    start = predictive_many(np.array([cand.w for cand in prior]), 0, 0, sizes[0])
+    alive = {c: start[:, c] for c in range(sizes[0] + 1)}
+    flips = np.zeros(len(prior))
+    spent = np.full(len(prior), float(sizes[0]))
+    for n, nxt in zip(sizes, [*sizes[1:], None], strict=True):
+        grown: dict[int, np.ndarray] = {}
+        for c, mass in alive.items():
+            s = by[(n, c)]
+            if s.settled:
+                continue
+            if n >= rounds.bayes_from and s.p_flip <= tau:
+                flips += mass * s.flip
+                continue
+            if nxt is None:
+                continue
+            spent += mass * (nxt - n)
+            for j in range(s.grow.shape[1]):
+                grown[c + j] = grown.get(c + j, 0.0) + mass * s.grow[:, j]
+        alive = grown
+    return flips, spent / rounds.k
+
+
+def stop_threshold(
+    ex, candidates, rounds: Rounds, group_size: int, delta: float, label: str = "", post_fn=None
+) -> float:
+    """The label's tau (see the module doc); -1.0 when no stop fits the allowance."""
+    states = _states(ex, candidates, rounds, group_size, label, post_fn)
+    options = sorted(
+        {s.p_flip for s in states if not s.settled and s.n >= rounds.bayes_from and s.p_flip < 0.5}
+    )
+    best = -1.0
+    for tau in options:  # more stops spend more of the allowance: the first miss ends it
+        flips, _ = _forward(states, candidates, rounds, tau)
+        if flips.max() > delta:
+            break
+        best = tau
+    return best
+
+
+def expected_share(
+    ex, candidates, rounds: Rounds, group_size: int, tau: float, label: str = "", post_fn=None
+) -> float:
+    """Expected share of K's rollouts a task uses under the point fit, stopping at tau."""
+    states = _states(ex, candidates, rounds, group_size, label, post_fn)
+    _, share = _forward(states, candidates, rounds, tau)
+    return float(share[0])
+
+
+def with_stop_thresholds(priors: dict, ks: dict, settings, ex, post_fns: dict | None = None):
+    """The priors (key -> LabelPrior) with each bayes one's tau per K it plans for (`ks`: key
+    -> the num_repeats of its tasks); `settings`: the planner's (AdaptiveSettings)."""
+    out = {}
+    for key, prior in priors.items():
+        if getattr(prior, "stop_mode", "exact") != "bayes":
+            out[key] = prior
+            continue
+        taus = {}
+        for k in sorted(ks.get(key, ())):
+            rounds = Rounds(int(k), settings.first, settings.round_size, settings.bayes_from)
+            post_fn = (post_fns or {}).get(key)
+            taus[int(k)] = stop_threshold(
+                ex, prior.candidates, rounds, settings.group_size, settings.delta, str(key), post_fn
+            )
+        out[key] = replace(prior, stop_thresholds=taus)
+    return out
