@@ -71,8 +71,7 @@ def bayes_run(outcomes, k, labels, ex: Export, delta=0.02, audit_share=AUDIT_SHA
     priors = fit_label_priors(n, c.astype(np.int64), labels, binary)
     sizes = {lbl: int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     priors = with_audit_shares(priors, audit_shares(sizes, audit_share), salt)
-    ks = {lbl: set(k[labels == lbl].tolist()) for lbl in pd.unique(labels)}
-    priors = with_stop_thresholds(priors, ks, settings, ex)
+    priors = with_stop_thresholds(priors, labels, k, labels, settings, ex)
     ids = np.array([f"task-{i}" for i in range(len(k))], dtype=object)
     priors = with_audit_cutoffs(priors, ids, labels)
     audit = audit_of(ids, labels, priors)

@@ -4,27 +4,36 @@ Per task a true pass rate p under the earlier checkpoint (the bench's 50 % p = 0
 30 % uniform shape, and Beta(0.5, 0.5)), its earlier profile: K = 16 Bernoulli(p) rollouts;
 the new checkpoint's pass rate moves on the logit scale, logit p' = logit p + N(0, s^2) (p = 0
 and p = 1 stay), and the new run's rollouts are K = 16 Bernoulli(p') draws (rollout r the same
-draw in every mode). Modes, run through the package's planner with the audit sample (3 %, at
-least 30 tasks per label) as a run has it:
+draw in every mode). Modes, run through the package's planner as a run has them, the audit
+sample (3 % of the label) included:
 
 * fixed K = 16 on the new checkpoint: the reference decisions;
-* bayes (delta 0.02, a first round of min_rollouts = 4, 3 or 2, rounds of 2) without the
-  earlier profile;
+* exact (rounds of 2);
+* bayes (delta 0.02, the first round exact's rounds up to min_rollouts = 4, 3 or 2) without
+  the earlier profile;
 * bayes with it (rewardprof.decisions.warm_start: every task matched; the drift fitted on the
-  first round).
+  first round), each prior key with its stopping threshold (decisions/stop_budget.py).
 
 Reported: agreement with fixed K, share of fixed-K rollouts used, the fitted drift.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rewardprof.core.config import Export
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_shares
+from rewardprof.decisions.audit import (
+    audit_of,
+    audit_shares,
+    with_audit_cutoffs,
+    with_audit_shares,
+)
 from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.warm_start import prior_keys_of, warm_priors
+from rewardprof.decisions.stop_budget import with_stop_thresholds
+from rewardprof.decisions.warm_start import PriorSet, prior_keys_of, warm_priors
 
 K = 16
 FIRSTS = (4, 3, 2)  # adaptive.min_rollouts: the first round
@@ -51,16 +60,28 @@ def moved(rng, p: np.ndarray, sd: float) -> np.ndarray:
     return np.where((p == 0) | (p == 1), p, later)
 
 
-def _loop(settings, rewards, labels, priors, audited, keys):
+def _loop(settings, rewards, labels, priors=None, audited=None, keys=None, start=None):
     k = np.full(len(rewards), K)
-    pos = idx = np.zeros(0, np.int64)
+    pos, idx = start if start is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     while True:
         rec = Records(pos, idx, rewards[pos, idx])
         out = plan(settings, Export(), k, labels, rec, priors, 1.0, audited, prior_keys=keys)
-        if out.done.all():
-            return out
         a, b = out.missing(rec)
+        if not len(a):
+            return out, pos, idx
         pos, idx = np.concatenate([pos, a]), np.concatenate([idx, b])
+
+
+def _finished(priors, settings, ids, labels):
+    """The priors as the prior job records them: thresholds per key, the audit's cutoff."""
+    keys = prior_keys_of(ids, labels, priors)
+    keys = labels if keys is None else keys
+    k = np.full(len(ids), K)
+    thresholded = with_stop_thresholds(dict(priors), keys, k, labels, settings, Export())
+    thresholded = {key: replace(p, audit_salt="run") for key, p in thresholded.items()}
+    if isinstance(priors, PriorSet):
+        thresholded = PriorSet(thresholded, priors.task_keys)
+    return with_audit_cutoffs(thresholded, ids, labels)
 
 
 def simulate(shape: str, sd: float, tasks: int, seed: int, first: int) -> list[dict]:
@@ -72,17 +93,35 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int) -> list[d
     ids = np.array([f"task-{i}" for i in range(tasks)], dtype=object)
     every = np.repeat(np.arange(tasks), K), np.tile(np.arange(K), tasks)
     fixed = plan(AT_K, Export(), np.full(tasks, K), labels, Records(*every, rewards[every])).keep
-    settings = AdaptiveSettings("bayes", first=first, round_size=2, delta=0.02, group_size=8)
-    n, c = np.full(tasks, first), (rewards[:, :first] >= 1).sum(axis=1)
+    settings = AdaptiveSettings(
+        "bayes", first=2, round_size=2, delta=0.02, group_size=8, bayes_from=first
+    )
+    exact, _, _ = _loop(replace(settings, mode="exact", bayes_from=0), rewards, labels)
+    phase = replace(settings, mode="exact", bayes_from=0, stop_at=first)
+    _, pos0, idx0 = _loop(phase, rewards, labels)
+    n = np.bincount(pos0, minlength=tasks)
+    c = np.bincount(pos0, weights=rewards[pos0, idx0], minlength=tasks).astype(np.int64)
     base = fit_label_priors(n, c, labels, {"a": True})
     base = with_audit_shares(base, audit_shares({"a": tasks}))
-    audited = audit_of(ids, labels, base)
     earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}
     warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts)
-    rows = []
+    rows = [
+        {
+            "shape": shape,
+            "drift_sd": sd,
+            "mode": "exact",
+            "first": 2,
+            "tasks": tasks,
+            "agreement": float((exact.keep == fixed).mean()),
+            "share_rollouts": float(exact.planned.sum() / (tasks * K)),
+            "drift": None,
+        }
+    ]
     for mode, priors in (("bayes", base), ("bayes + warm start", warm)):
+        priors = _finished(priors, settings, ids, labels)
         keys = prior_keys_of(ids, labels, priors)
-        out = _loop(settings, rewards, labels, priors, audited, keys)
+        audited = audit_of(ids, labels, priors)
+        out, _, _ = _loop(settings, rewards, labels, priors, audited, keys, (pos0, idx0))
         rows.append(
             {
                 "shape": shape,

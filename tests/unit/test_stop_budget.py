@@ -14,7 +14,13 @@ import pytest
 from rewardprof.core.config import Export
 from rewardprof.decisions.adaptive import keep_at
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import audit_of, audit_shares, with_audit_cutoffs, with_audit_shares
+from rewardprof.decisions.audit import (
+    audit_of,
+    audit_report,
+    audit_shares,
+    with_audit_cutoffs,
+    with_audit_shares,
+)
 from rewardprof.decisions.grid_prior import GRID, GridPrior
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.stop_budget import (
@@ -25,6 +31,9 @@ from rewardprof.decisions.stop_budget import (
     stop_threshold,
     with_stop_thresholds,
 )
+from rewardprof.manifest.load import validate_config
+from rewardprof.stages.adaptive_savings import _audit_lines
+from rewardprof.stages.rollout.adaptive_rounds import first_round_settings, settings_of
 
 K = 16
 BAYES = AdaptiveSettings("bayes", first=2, round_size=2, delta=0.02, group_size=8, bayes_from=4)
@@ -91,7 +100,7 @@ def _bayes(outcomes, audit_share=0.0):
     n = np.bincount(pos, minlength=size)
     c = np.bincount(pos, weights=outcomes[pos, idx], minlength=size).astype(np.int64)
     priors = fit_label_priors(n, c, labels, {"a": True})
-    priors = with_stop_thresholds(priors, {"a": {K}}, BAYES, Export())
+    priors = with_stop_thresholds(priors, labels, k, labels, BAYES, Export())
     audit = None
     if audit_share:
         ids = np.array([f"t{i}" for i in range(size)], dtype=object)
@@ -157,3 +166,63 @@ def test_the_audit_count_is_the_budget_and_the_salt_picks_the_tasks():
         assert counts == {"small": 0, "mid": 3, "big": 30}  # floor(0.03 x tasks)
         picked.append(set(np.flatnonzero(audited)))
     assert picked[0] != picked[1]  # another run (checkpoint) audits other tasks
+
+
+def _defaults():
+    """The planner's settings of a bayes run at the shipped defaults."""
+    cfg = validate_config(
+        {
+            "run": "r",
+            "entries": [{"label": "a", "environment": "math", "source": "a.jsonl"}],
+            "adaptive": {"mode": "bayes"},
+        }
+    )
+    return cfg, settings_of(cfg), first_round_settings(cfg)
+
+
+def test_a_120_task_label_costs_at_most_060_of_fixed_k_audit_included():
+    cfg, settings, first = _defaults()
+    assert (settings.first, settings.bayes_from, first.stop_at) == (2, 4, 4)
+    rng = np.random.default_rng(42)
+    size = 120
+    outcomes = (rng.random((size, K)) < rng.beta(0.5, 0.5, size)[:, None]).astype(float)
+    k, labels = np.full(size, K), np.full(size, "a", dtype=object)
+    ids = np.array([f"t{i}" for i in range(size)], dtype=object)
+    _, pos, idx = _loop(first, outcomes, k, labels)
+    n = np.bincount(pos, minlength=size)
+    c = np.bincount(pos, weights=outcomes[pos, idx], minlength=size).astype(np.int64)
+    priors = fit_label_priors(n, c, labels, {"a": True})
+    share = cfg.adaptive.audit_share
+    priors = with_audit_shares(priors, audit_shares({"a": size}, share), "salt")
+    priors = with_stop_thresholds(priors, labels, k, labels, settings, cfg.export)
+    priors = with_audit_cutoffs(priors, ids, labels)
+    audit = audit_of(ids, labels, priors)
+    assert audit.sum() == 3  # floor(0.03 x 120)
+    bayes, _, _ = _loop(settings, outcomes, k, labels, priors, audit, (pos, idx))
+    exact, _, _ = _loop(EXACT, outcomes, k, labels)
+    fixed = keep_at(cfg.export, K, outcomes.sum(axis=1).astype(int), 8)
+    used = bayes.planned.sum() / (size * K)
+    assert used <= 0.60 and bayes.planned.sum() < exact.planned.sum()
+    assert (bayes.keep == fixed).mean() >= 0.98
+
+
+def test_a_32_task_label_audit_costs_nothing_and_says_it_is_too_small():
+    labels = np.full(32, "small", dtype=object)
+    ids = np.array([f"t{i}" for i in range(32)], dtype=object)
+    cands = (_prior({0.0: 0.5, 0.5: 0.5}),)
+    priors = {"small": LabelPrior(32, "label", True, "bayes", cands)}
+    priors = with_audit_shares(priors, audit_shares({"small": 32}, 0.03), "salt")
+    audited = audit_of(ids, labels, with_audit_cutoffs(priors, ids, labels))
+    assert audited.sum() == 0  # floor(0.03 x 32): no rollout spent on an audit
+    stopped = np.zeros(32, bool)
+    report = audit_report(labels, audited, stopped, stopped, stopped, 0.02, np.zeros(32))
+    small = report["labels"]["small"]
+    assert small["extra_rollouts"] == 0 and small["too_few_to_say"]
+    saved = {"audited_tasks": 0, "extra_rollouts": 0, "stopped_early": 0, "agreed": 0}
+    saved |= {"too_few_to_say": {"small": small}, "flip_rate_interval": [0.0, 1.0]}
+    lines = _audit_lines(saved, sent=256)
+    assert "costing 0 rollouts (0.0 % of those sent)" in lines[0]
+    assert lines[-1].startswith("adaptive: audit of label small: 0 tasks")
+    assert lines[-1].endswith(
+        "too few to say (it would catch a flip rate of 1.00 or more, not delta's)"
+    )

@@ -11,9 +11,10 @@ out (decisions/label_prior.py), the expected share of the label's tasks that sto
 decision is at most delta. That expectation is a forward pass over the states (n, c) a task
 can reach in the planner's rounds (decisions/adaptive_plan.py): from the first round's
 predictive distribution, each state either settles by the rules (no flip), stops by tau (a
-flip with the candidate's probability), or grows by a round. A task's plan stays a function of
-its own results and the recorded prior (no barrier), and the expected rollouts per task come
-out of the same pass (`expected_share`, what `rewardprof estimate` predicts).
+flip with the candidate's probability), or grows by a round. A label whose tasks have several
+priors (a warm start's keys) gets one tau, the priors' expected flips weighted by their shares.
+A task's plan stays a function of its own results and the recorded prior (no barrier), and the
+expected rollouts per task come out of the same pass (`expected_share`).
 """
 
 from __future__ import annotations
@@ -104,15 +105,31 @@ def _forward(states: list[_State], prior, rounds: Rounds, tau: float):
 def stop_threshold(
     ex, candidates, rounds: Rounds, group_size: int, delta: float, label: str = "", post_fn=None
 ) -> float:
-    """The label's tau (see the module doc); -1.0 when no stop fits the allowance."""
-    states = _states(ex, candidates, rounds, group_size, label, post_fn)
+    """The tau of one prior's tasks alone (see the module doc); -1.0 when no stop fits."""
+    return pooled_threshold(ex, [(1.0, candidates, post_fn)], rounds, group_size, delta, label)
+
+
+def pooled_threshold(ex, parts, rounds: Rounds, group_size: int, delta: float, label: str = ""):
+    """One tau for a label whose tasks have several priors (a warm start's keys): `parts` is
+    (share of the label's tasks, candidates, post_fn) per prior; the expected share of flipped
+    decisions, each prior's worst candidate weighted by its share, stays within delta. One
+    tau for all spends the label's allowance where the stops are safest, whichever prior."""
+    states = [_states(ex, cands, rounds, group_size, label, fn) for _, cands, fn in parts]
     options = sorted(
-        {s.p_flip for s in states if not s.settled and s.n >= rounds.bayes_from and s.p_flip < 0.5}
+        {
+            s.p_flip
+            for part in states
+            for s in part
+            if not s.settled and s.n >= rounds.bayes_from and s.p_flip < 0.5
+        }
     )
     best = -1.0
     for tau in options:  # more stops spend more of the allowance: the first miss ends it
-        flips, _ = _forward(states, candidates, rounds, tau)
-        if flips.max() > delta:
+        spent = sum(
+            share * _forward(part, cands, rounds, tau)[0].max()
+            for (share, cands, _), part in zip(parts, states, strict=True)
+        )
+        if spent > delta:
             break
         best = tau
     return best
@@ -127,20 +144,33 @@ def expected_share(
     return float(share[0])
 
 
-def with_stop_thresholds(priors: dict, ks: dict, settings, ex, post_fns: dict | None = None):
-    """The priors (key -> LabelPrior) with each bayes one's tau per K it plans for (`ks`: key
-    -> the num_repeats of its tasks); `settings`: the planner's (AdaptiveSettings)."""
-    out = {}
-    for key, prior in priors.items():
-        if getattr(prior, "stop_mode", "exact") != "bayes":
-            out[key] = prior
-            continue
-        taus = {}
-        for k in sorted(ks.get(key, ())):
-            rounds = Rounds(int(k), settings.first, settings.round_size, settings.bayes_from)
-            post_fn = (post_fns or {}).get(key)
-            taus[int(k)] = stop_threshold(
-                ex, prior.candidates, rounds, settings.group_size, settings.delta, str(key), post_fn
+def with_stop_thresholds(priors: dict, keys, k, labels, settings, ex, post_fns=None) -> dict:
+    """The priors (key -> LabelPrior) with each bayes one's tau per K: one tau per label and K
+    over the priors of its tasks (`keys`, `k`, `labels`: per task its prior's key, num_repeats
+    and label; `settings`: the planner's AdaptiveSettings)."""
+    keys, labels = np.asarray(keys, dtype=object), np.asarray(labels, dtype=object)
+    k = np.asarray(k, dtype=np.int64)
+    taus: dict[object, dict[int, float]] = {}
+    for label in dict.fromkeys(labels.tolist()):
+        for kk in sorted(set(k[labels == label].tolist())):
+            rows = (labels == label) & (k == kk)
+            parts, stopping = [], []
+            for key in dict.fromkeys(keys[rows].tolist()):
+                prior = priors[key]
+                if getattr(prior, "stop_mode", "exact") != "bayes":
+                    continue  # the exact test: no flips, its tasks still count in the share
+                share = float((keys[rows] == key).mean())
+                parts.append((share, prior.candidates, (post_fns or {}).get(key)))
+                stopping.append(key)
+            if not parts:
+                continue
+            rounds = Rounds(int(kk), settings.first, settings.round_size, settings.bayes_from)
+            tau = pooled_threshold(
+                ex, parts, rounds, settings.group_size, settings.delta, str(label)
             )
-        out[key] = replace(prior, stop_thresholds=taus)
-    return out
+            for key in stopping:
+                taus.setdefault(key, {})[int(kk)] = tau
+    return {
+        key: replace(p, stop_thresholds=taus[key]) if key in taus else p
+        for key, p in priors.items()
+    }

@@ -176,7 +176,6 @@ def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted, salt: str):
     keys = prior_keys_of(ids, labels, fitted)
     keys = labels if keys is None else keys
     k = tasks["num_repeats"].to_numpy(np.int64)
-    ks = {key: set(k[keys == key].tolist()) for key in pd.unique(keys)}
     post_fns = None
     if uses_posterior(cfg.export):
         post_fns = {
@@ -189,7 +188,9 @@ def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted, salt: str):
             for key, p in fitted.items()
             if p.mixture is not None
         }
-    thresholded = with_stop_thresholds(dict(fitted), ks, settings, cfg.export, post_fns)
+    thresholded = with_stop_thresholds(
+        dict(fitted), keys, k, labels, settings, cfg.export, post_fns
+    )
     thresholded = {key: replace(p, audit_salt=salt) for key, p in thresholded.items()}
     if isinstance(fitted, PriorSet):
         thresholded = PriorSet(thresholded, fitted.task_keys)
