@@ -110,7 +110,7 @@ def _moved(w: np.ndarray, src: int, dst: int, share: float) -> np.ndarray:
     return out
 
 
-def _edge_variants(
+def edge_variants(
     w: np.ndarray, lik: np.ndarray, counts: np.ndarray, floor: float
 ) -> list[np.ndarray]:
     """For each near-end point, w with the largest share of the end's mass moved there that
@@ -158,7 +158,7 @@ def candidate_priors(
         fits += list(em_weights(lik, resampled, pooled.w, SHRINK_TASKS))
     out = list(fits)
     for w in fits:
-        out += _edge_variants(w, lik, counts, floor)
+        out += edge_variants(w, lik, counts, floor)
     return tuple(GridPrior(tuple(float(v) for v in w), len(n)) for w in out)
 
 

@@ -35,8 +35,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from rewardprof.decisions.grid_prior import GRID, GridPrior, fit_grid, likelihood_matrix
-from rewardprof.decisions.label_prior import LIKELIHOOD_SLACK, MIN_TASKS, SHRINK_TASKS, LabelPrior
+from rewardprof.decisions.grid_prior import (
+    GRID,
+    GridPrior,
+    fit_grid,
+    likelihood_matrix,
+    log_likelihood,
+)
+from rewardprof.decisions.label_prior import (
+    LIKELIHOOD_SLACK,
+    MIN_TASKS,
+    SHRINK_TASKS,
+    LabelPrior,
+    edge_variants,
+)
+from rewardprof.decisions.posterior import grouped_counts
 
 TAU_GRID = tuple(round(0.1 * i, 1) for i in range(31))  # 0 .. 3 on the logit scale
 LEAK_GRID = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
@@ -202,6 +215,20 @@ def fit_drift(
     return Drift(cands[0][0], cands[0][1], tuple(cands), tasks, top)
 
 
+def _woken(w: np.ndarray, n: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
+    """The key's prior with mass moved from p = 0 to a small p (and from 1 to a large p) as far
+    as its tasks' first round allows: a task never solved before that starts to pass rarely
+    (a new skill) is not a shift on the logit scale, and from a few rollouts it looks like one
+    that still never passes; an earlier 0/16 must not make it look settled."""
+    scored = n > 0
+    if not scored.any():
+        return []
+    pairs, counts = grouped_counts(n[scored], c[scored])
+    lik, counts = likelihood_matrix(pairs), np.asarray(counts, float)
+    floor = log_likelihood(w, lik, counts) - LIKELIHOOD_SLACK
+    return edge_variants(w, lik, counts, floor)
+
+
 def warm_priors(
     task_ids,
     labels,
@@ -247,10 +274,10 @@ def warm_priors(
         mixes = [(t, e, base.point) for t, e in drift.candidates]
         if most_leak > 0:
             mixes += [(drift.tau, most_leak, other) for other in base.candidates[1:]]
-        cands = tuple(
-            GridPrior(tuple(float(v) for v in warm_weights(grids[lbl], k0, p0, fresh, t, e)))
-            for t, e, fresh in mixes
-        )
+        weights = [warm_weights(grids[lbl], k0, p0, fresh, t, e) for t, e, fresh in mixes]
+        mine = np.array([index[s] == index[(lbl, k0, p0)] for s in state])
+        weights += _woken(weights[0], n[at][mine], c[at][mine])
+        cands = tuple(GridPrior(tuple(float(v) for v in w)) for w in weights)
         mode = "bayes" if drift.tasks >= min_tasks else "exact"
         out[warm_key(lbl, k0, p0)] = replace(base, source=SOURCE, stop_mode=mode, candidates=cands)
     task_keys = {str(task_ids[i]): warm_key(*s) for i, s in zip(at.tolist(), state, strict=True)}

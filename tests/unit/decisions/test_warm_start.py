@@ -133,9 +133,11 @@ def test_warm_priors_key_matched_tasks_and_leave_the_rest_on_their_label():
     assert drift.tasks == 100
     for key in set(keys[:200:2]):
         assert priors[key].source == "warm" and priors[key].stop_mode == "bayes"
-        # the drift's corners, and at the largest leak the label's own candidates
+        # the drift's corners, at the largest leak the label's own candidates, and the point
+        # with mass moved off p = 0 and p = 1 as far as the key's first round allows (woken)
         extra = len(base["a"].candidates) - 1 if max(e for _, e in drift.candidates) else 0
-        assert len(priors[key].candidates) == len(drift.candidates) + extra
+        corners = len(drift.candidates) + extra
+        assert corners <= len(priors[key].candidates) <= corners + 10
     few, _ = warm_priors(ids, labels, n, c, base, earlier, min_tasks=101)
     assert {few[k].stop_mode for k in set(keys[:200:2])} == {"exact"}
     assert prior_keys_of(ids, labels, PriorSet(base)) is None
@@ -144,19 +146,23 @@ def test_warm_priors_key_matched_tasks_and_leave_the_rest_on_their_label():
     assert {k: v.as_dict() for k, v in again.items()} == {k: v.as_dict() for k, v in priors.items()}
 
 
-def test_a_task_that_never_passed_before_stops_after_its_first_round_with_warm_start():
-    """0/4 now: ambiguous under the label prior (rare passers look the same), settled by the
-    task's earlier 0/16 under a checkpoint that barely moved."""
+def test_an_earlier_0_of_16_alone_does_not_settle_a_task():
+    """0/4 now after 0/16 before: the drift on the logit scale keeps p = 0 at 0, yet a task
+    never solved before may start to pass rarely (a new skill), which four rollouts cannot
+    tell from never: the warm key's candidates include that (woken) prior, under which such a
+    task may still pass, so the per-task test does not stop it on the earlier profile alone
+    (with 20 % of never-solved tasks woken to p 0.02-0.05 agreement fell to 95-96 %)."""
     c0, c = _checkpoints(0.5)
     ids, labels, base, (priors, _) = _fit(c0, c)
     task = int(np.flatnonzero((c0 == 0) & (c == 0))[0])
+    key = prior_keys_of(ids[[task]], labels[[task]], priors)[0]
+    p_pass = [1 - cand.predictive(4, 0, K - 4)[0] for cand in priors[key].candidates]
+    assert p_pass[0] < 0.02 < max(p_pass)  # the point fit says settled, a woken one does not
     settings = AdaptiveSettings("bayes", first=4, round_size=2, group_size=8)
     one = Records(np.zeros(4, np.int64), np.arange(4), np.zeros(4))
     args = (settings, Export(), np.array([K]), labels[[task]], one)
-    cold = plan(*args, base)
     warm = plan(*args, priors, prior_keys=prior_keys_of(ids[[task]], labels[[task]], priors))
-    assert not cold.done[0] and cold.planned[0] == 6
-    assert warm.done[0] and warm.stopped_early[0] and not warm.keep[0]
+    assert not warm.done[0] and warm.planned[0] == 6
 
 
 def _config(tmp_path, **adaptive):
