@@ -19,11 +19,13 @@ Reported: agreement with fixed K, share of fixed-K rollouts used, the fitted dri
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from rewardprof.core.config import Export
+from rewardprof.decisions.adaptive import keep_at
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
 from rewardprof.decisions.audit import (
     audit_of,
@@ -45,9 +47,15 @@ def _mix(rng, size):
     return np.where(u < 0.5, 0.0, np.where(u < 0.7, 1.0, rng.random(size)))
 
 
+def _edge_heavy(rng, size):
+    u = rng.random(size)
+    return np.where(u < 0.45, 0.0, np.where(u < 0.60, 1.0, rng.beta(0.3, 0.8, size)))
+
+
 SHAPES = {
     "50/20/30 mix": _mix,
     "Beta(0.5, 0.5)": lambda rng, size: rng.beta(0.5, 0.5, size),
+    "edge-heavy 45/15/40": _edge_heavy,
 }
 DRIFTS = (0.5, 1.0)
 
@@ -58,6 +66,60 @@ def moved(rng, p: np.ndarray, sd: float) -> np.ndarray:
         logit = np.log(p) - np.log1p(-p)
     later = 1.0 / (1.0 + np.exp(-(logit + rng.normal(0.0, sd, len(p)))))
     return np.where((p == 0) | (p == 1), p, later)
+
+
+def edges_moved(rng, p: np.ndarray, sd: float) -> np.ndarray:
+    """moved(), and a tenth of the p = 0 and p = 1 tasks to 0.05 and 0.95."""
+    later = moved(rng, p, sd)
+    edge = ((p == 0) | (p == 1)) & (rng.random(len(p)) < 0.1)
+    return np.where(edge, np.where(p == 0, 0.05, 0.95), later)
+
+
+def never_solved_wake(rng, p: np.ndarray, sd: float) -> np.ndarray:
+    """moved(), and a fifth of the never-solved tasks start to pass rarely (p 0.02-0.05)."""
+    later = moved(rng, p, sd)
+    wake = (p == 0) & (rng.random(len(p)) < 0.2)
+    return np.where(wake, rng.uniform(0.02, 0.05, len(p)), later)
+
+
+# (earlier shape, how the new checkpoint moved): held out, looked at only after tuning
+HELD_OUT = {
+    "edge-heavy, a tenth of edge tasks moved to 0.05/0.95": ("edge-heavy 45/15/40", edges_moved),
+    "edge-heavy, a fifth of never-solved start to pass": ("edge-heavy 45/15/40", never_solved_wake),
+}
+
+
+def oracle_share(new_p: np.ndarray, rewards: np.ndarray, first: int, delta: float) -> float:
+    """The bound: an oracle that knows each task's new pass rate, in the same rounds, stops a
+    task once the rules settle it or, from `first` rollouts on, its own P(decision at K
+    differs from the most likely one) is at most delta."""
+    ex = Export()
+    used = 0
+    for p, row in zip(new_p, rewards, strict=True):
+        n = 2
+        while n < K:
+            c = int(row[:n].sum())
+            keep = keep_at(ex, K, c + np.arange(K - n + 1), 8)
+            if keep.all() or not keep.any():
+                break
+            if n >= first:
+                j = np.arange(K - n + 1)
+                pmf = (
+                    np.exp(
+                        [
+                            math.lgamma(K - n + 1) - math.lgamma(x + 1) - math.lgamma(K - n - x + 1)
+                            for x in j
+                        ]
+                    )
+                    * p**j
+                    * (1 - p) ** (K - n - j)
+                )
+                p_keep = float(pmf[keep].sum())
+                if min(p_keep, 1 - p_keep) <= delta:
+                    break
+            n = min(n + 2, K)
+        used += n
+    return used / (len(new_p) * K)
 
 
 def _loop(settings, rewards, labels, priors=None, audited=None, keys=None, start=None):
@@ -84,11 +146,12 @@ def _finished(priors, settings, ids, labels):
     return with_audit_cutoffs(thresholded, ids, labels)
 
 
-def simulate(shape: str, sd: float, tasks: int, seed: int, first: int) -> list[dict]:
+def simulate(shape: str, sd: float, tasks: int, seed: int, first: int, later=moved) -> list[dict]:
     rng = np.random.default_rng(seed)
     p = SHAPES[shape](rng, tasks)
     earlier = (rng.random((tasks, K)) < p[:, None]).sum(axis=1)
-    rewards = (rng.random((tasks, K)) < moved(rng, p, sd)[:, None]).astype(float)
+    new_p = later(rng, p, sd)
+    rewards = (rng.random((tasks, K)) < new_p[:, None]).astype(float)
     labels = np.full(tasks, "a", dtype=object)
     ids = np.array([f"task-{i}" for i in range(tasks)], dtype=object)
     every = np.repeat(np.arange(tasks), K), np.tile(np.arange(K), tasks)
@@ -134,4 +197,13 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int) -> list[d
                 "drift": drift.as_dict() if mode != "bayes" else None,
             }
         )
+    rows.append(
+        {
+            **rows[-1],
+            "mode": "oracle (knows the new pass rates)",
+            "agreement": None,
+            "share_rollouts": oracle_share(new_p, rewards, first, settings.delta),
+            "drift": None,
+        }
+    )
     return rows
