@@ -55,8 +55,11 @@ def exact_run(outcomes, k, labels, ex: Export):
     return rounds(settings, ex, outcomes, k, labels)
 
 
-def bayes_run(outcomes, k, labels, ex: Export, delta=0.02, audit_share=AUDIT_SHARE, salt="run"):
-    """(plan, pos, idx, audit mask or None) of a bayes run at the defaults (the module doc)."""
+def bayes_run(
+    outcomes, k, labels, ex: Export, delta=0.02, audit_share=AUDIT_SHARE, salt="run", ids=None
+):
+    """(plan, pos, idx, audit mask or None, priors) of a bayes run at the defaults (the
+    module doc)."""
     settings = AdaptiveSettings("bayes", ROUND, ROUND, delta, GROUP_SIZE, bayes_from=MIN_ROLLOUTS)
     first = replace(settings, mode="exact", bayes_from=0, stop_at=MIN_ROLLOUTS)
     _, pos, idx = rounds(first, ex, outcomes, k, labels)
@@ -72,11 +75,12 @@ def bayes_run(outcomes, k, labels, ex: Export, delta=0.02, audit_share=AUDIT_SHA
     sizes = {lbl: int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     priors = with_audit_shares(priors, audit_shares(sizes, audit_share), salt)
     priors = with_stop_thresholds(priors, labels, k, labels, settings, ex)
-    ids = np.array([f"task-{i}" for i in range(len(k))], dtype=object)
+    if ids is None:
+        ids = np.array([f"task-{i}" for i in range(len(k))], dtype=object)
     priors = with_audit_cutoffs(priors, ids, labels)
     audit = audit_of(ids, labels, priors)
     p, pos, idx = rounds(settings, ex, outcomes, k, labels, priors, audit, (pos, idx))
-    return p, pos, idx, audit
+    return p, pos, idx, audit, priors
 
 
 def export_keep(ex: Export, outcomes, k, labels, pos, idx, p=None) -> np.ndarray:

@@ -20,11 +20,10 @@ default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pas
 * for comparison, fixed K = 4 with the default rules, and with the uncertainty-aware rule
   instead (export.min_signal_probability: 0.5, drop_all_fail/drop_all_pass off) under the
   prior fitted on those 4 rollouts
-* bayes(delta): a first round of min_rollouts = 4 per task, the label's priors fitted on it
-  (rewardprof.decisions.label_prior.fit_label_priors: the grid prior and the candidates the
-  first round cannot rule out), then 2 more at a time until P(decision at 16 differs) < delta
-  under every candidate; the recorded decision is the most likely one at 16 (no audit sample
-  here: --scenarios measures it)
+* bayes(delta): as the workflow runs it (adaptive_runs.py): exact's rounds up to
+  min_rollouts = 4, the label's priors fitted on them with its stopping threshold
+  (decisions/stop_budget.py), then the rounds, a task the rules leave open stopping when its
+  P(flip) under the fit is at most the threshold; the audit sample (3 %) included
 
 Reported per distribution and mode: share of the fixed run's rollouts used, agreement with the
 fixed run's decisions, and accuracy against the truth (keep iff the true GRPO signal at
@@ -44,14 +43,12 @@ import numpy as np
 
 from rewardprof.core.config import Export
 from rewardprof.decisions.adaptive import (
-    DEFAULT_MIN_ROLLOUTS,
     EXACT_FIRST_ROUND,
     keep_at,
     posterior_fn_for,
 )
 from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
 from rewardprof.decisions.adaptive_plan import plan as adaptive_plan
-from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
 
 try:  # run as a script: benchmarks/ is on sys.path
@@ -136,12 +133,11 @@ def simulate(name: str, tasks: int, seed: int) -> list[dict]:
     )
     exact = AdaptiveSettings("exact", EXACT_FIRST_ROUND, ROUND, group_size=GROUP_SIZE)
     rows.append(("exact", *run_adaptive(passes, exact, ex)))
-    first = passes[:, :DEFAULT_MIN_ROLLOUTS].sum(axis=1)
     labels = np.full(tasks, "bench", dtype=object)
-    priors = fit_label_priors(np.full(tasks, DEFAULT_MIN_ROLLOUTS), first, labels, {"bench": True})
-    for delta in DELTAS:
-        bayes = AdaptiveSettings("bayes", DEFAULT_MIN_ROLLOUTS, ROUND, delta, GROUP_SIZE)
-        rows.append((f"bayes delta={delta}", *run_adaptive(passes, bayes, ex, priors)))
+    k = np.full(tasks, K)
+    for delta in DELTAS:  # as the workflow runs it: first round, priors, thresholds, audit
+        plan_b, _, _, _, _ = runs_.bayes_run(passes.astype(float), k, labels, ex, delta)
+        rows.append((f"bayes delta={delta}", plan_b.planned, plan_b.keep))
     return [
         {
             "distribution": name,
@@ -245,7 +241,7 @@ def print_shapes(seed: int) -> None:
                 fixed = runs_.fixed_keep(outcomes, k, labels, ex)
                 _, pos, _ = runs_.exact_run(outcomes, k, labels, ex)
                 shares_e.append(len(pos) / (size * K))
-                plan_b, pos, idx, audit = runs_.bayes_run(outcomes, k, labels, ex, salt=f"{r}")
+                plan_b, pos, idx, audit, _ = runs_.bayes_run(outcomes, k, labels, ex, salt=f"{r}")
                 shares_b.append(len(pos) / (size * K))
                 kept = runs_.export_keep(ex, outcomes, k, labels, pos, idx, plan_b)
                 agree.append(float((kept == fixed).mean()))

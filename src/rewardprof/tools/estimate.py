@@ -214,7 +214,8 @@ def _label_row(target: Config, e, n_tasks: int, basis: str, rate, group) -> dict
     pred = useful_prediction([t for x in group for t in x["counts"]], k)
     if basis != "label":
         pred = _borrowed_useful(group, k, pred)
-    shares = adaptive_rollouts(target, pred["prior"], k, group_value_counts(group))
+    counts = [t for x in group for t in x["counts"]]
+    shares = adaptive_rollouts(target, pred["prior"], k, group_value_counts(group), counts)
     cost_lo, cost_hi = cost_interval([t for x in group for t in x.get("task_costs", [])])
     useful = {
         key: None if pred[key] is None else n_tasks * pred[key]

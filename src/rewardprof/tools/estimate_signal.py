@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from rewardprof.decisions.adaptive import bayes_stop, exact_stop
+from rewardprof.decisions.label_prior import fit_label_priors
+from rewardprof.decisions.stop_budget import Rounds, expected_share, stop_threshold
 from rewardprof.decisions.betafn import nelder_mead
 from rewardprof.decisions.grid_prior import GRID, fit_grid
 from rewardprof.decisions.posterior import (
@@ -160,12 +162,17 @@ def variance_rollouts(value_counts: np.ndarray, k: int, first: int, round_size: 
     return total
 
 
-def adaptive_rollouts(cfg, prior: MixturePrior, k: int, value_counts=None) -> dict[str, float]:
+def adaptive_rollouts(
+    cfg, prior: MixturePrior, k: int, value_counts=None, counts=None
+) -> dict[str, float]:
     """Expected share of k rollouts per task under exact and bayes with the config's adaptive
     settings (whichever mode it selects) under its export rules: for 0/1 rewards from the
     prior; for a label with other rewards (`value_counts` given: [task, value] counts) both
     take the exact test (decisions/label_prior.py), from variance_rollouts where the rules
-    allow, else every task runs to K."""
+    allow, else every task runs to K. With the pilot's `counts` ((n, c) per task) and no
+    posterior rule, bayes is predicted with the rule the run uses: the grid priors fitted on
+    them, the label's threshold (decisions/stop_budget.py) and the audit, whose tasks cost
+    what exact gives them."""
     ex, group_size, a = cfg.export, cfg.profile.group_size, cfg.adaptive
     if value_counts is not None:
         if not _settles_on_variance(ex):
@@ -174,6 +181,9 @@ def adaptive_rollouts(cfg, prior: MixturePrior, k: int, value_counts=None) -> di
             "bayes": variance_rollouts(value_counts, k, a.min_rollouts, a.round_size) / k,
             "exact": variance_rollouts(value_counts, k, a.round_size, a.round_size) / k,
         }
+
+    if counts and not _posterior_rules(ex):
+        return _as_the_run_stops(cfg, counts, k)
 
     def exact(n: int, cs: np.ndarray) -> np.ndarray:
         return exact_stop(ex, np.full(len(cs), n), cs, k, group_size)[0]
@@ -187,6 +197,20 @@ def adaptive_rollouts(cfg, prior: MixturePrior, k: int, value_counts=None) -> di
     else:  # exact cannot settle posterior rules: it would run every task to K
         out["exact"] = 1.0
     return out
+
+
+def _as_the_run_stops(cfg, counts, k: int) -> dict[str, float]:
+    ex, a = cfg.export, cfg.adaptive
+    n = np.array([x[0] for x in counts], dtype=np.int64)
+    c = np.array([x[1] for x in counts], dtype=np.int64)
+    labels = np.full(len(n), "pilot", dtype=object)
+    cands = fit_label_priors(n, c, labels, {"pilot": True}, min_tasks=0)["pilot"].candidates
+    rounds = Rounds(k, a.round_size, a.round_size, a.min_rollouts)
+    gs = cfg.profile.group_size
+    tau = stop_threshold(ex, cands, rounds, gs, a.delta)
+    exact = expected_share(ex, cands, rounds, gs, -1.0)
+    bayes = expected_share(ex, cands, rounds, gs, tau)
+    return {"exact": exact, "bayes": bayes + a.audit_share * (exact - bayes)}
 
 
 def value_counts_of(rollouts: pd.DataFrame) -> list[dict[float, int]] | None:
