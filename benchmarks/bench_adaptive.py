@@ -257,7 +257,7 @@ def print_scenarios(seed: int, delta: float) -> None:
     """bayes at `delta` on the scenarios of adaptive_scenarios.py, one markdown row each."""
     print(
         "| scenario | tasks | test | agreement with fixed K | share of rollouts | audited "
-        "| audit: flipped / stopped early [95 % interval] | true flip rate | inside |"
+        "| audit: flipped / audited [95 % interval] | true flip rate | inside |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for i, name in enumerate(SCENARIOS):

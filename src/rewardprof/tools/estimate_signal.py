@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from rewardprof.decisions.adaptive import bayes_stop, exact_stop
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.stop_budget import Rounds, expected_share, stop_threshold
 from rewardprof.decisions.betafn import nelder_mead
 from rewardprof.decisions.grid_prior import GRID, fit_grid
+from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import (
     MixturePrior,
     fit_prior,
@@ -41,6 +40,7 @@ from rewardprof.decisions.posterior import (
     prior_from_theta,
     theta_of,
 )
+from rewardprof.decisions.stop_budget import Rounds, expected_share, stop_threshold
 from rewardprof.tools.estimate_bootstrap import useful_direct, useful_extrapolated
 
 ROUND_SIZE = 2  # rollouts per task per adaptive round after the first (adaptive.round_size)
