@@ -8,7 +8,7 @@ import pytest
 
 from rewardprof.engine.fleet import to_publish
 from rewardprof.manifest.load import validate_config
-from rewardprof.tools.fleet import sbatch_script
+from rewardprof.tools.fleet import sbatch_argv, sbatch_script
 
 
 def _cfg(**engine):
@@ -32,6 +32,18 @@ def test_fleet_sbatch_script_runs_one_replica_per_task(tmp_path):
     assert srun[:4] == ["exec", "srun", "--kill-on-bad-exit=0", "bash"]
     inner = srun[-1]  # each task's own shell expands its rank
     assert inner.endswith('--rank "$SLURM_PROCID"') and " fleet serve --config " in inner
+
+
+def test_the_fleet_log_path_survives_a_run_directory_with_a_space(tmp_path):
+    """sbatch reads a #SBATCH line's words itself: a path with a space would be cut there.
+    The log's path goes on sbatch's command line instead, one argument."""
+    run_dir = tmp_path / "my runs" / "x"
+    script = sbatch_script(_cfg(endpoints_file="results/x/fleet/endpoints.json"), "c.yaml", run_dir)
+    assert not any(line.startswith("#SBATCH --output") for line in script.splitlines())
+    argv = sbatch_argv(run_dir, run_dir / "fleet" / "fleet.sbatch")
+    assert argv[:2] == ["sbatch", "--parsable"]
+    assert argv[2] == f"--output={run_dir.resolve()}/fleet/slurm-%j.log"
+    assert argv[3] == str(run_dir / "fleet" / "fleet.sbatch")
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "127.0.1.1"])

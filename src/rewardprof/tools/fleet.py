@@ -60,14 +60,14 @@ def _serve_argv(config: str, run_dir: Path) -> list[str]:
 
 
 def sbatch_script(cfg: Config, config: str, run_dir: Path) -> str:
-    """The Slurm job of a fleet: one task per replica; task 0 also publishes the endpoints."""
-    paths = FleetPaths(run_dir)
+    """The Slurm job of a fleet: one task per replica; task 0 also publishes the endpoints.
+    Its log's path is given on sbatch's command line (sbatch_argv), not in a #SBATCH line,
+    where a run directory with a space would be cut at it."""
     serve = [*_serve_argv(str(Path(config).resolve()), run_dir.resolve()), "--rank"]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=rewardprof-fleet-{cfg.run}",
         f"#SBATCH --ntasks={cfg.fleet.replicas}",
-        f"#SBATCH --output={paths.dir.resolve()}/slurm-%j.log",
         *(f"#SBATCH {arg}" for arg in cfg.fleet.sbatch_args),
         f"cd {shlex.quote(str(Path.cwd()))}",
         # one task per replica, each serving the replica of its rank ($SLURM_PROCID, expanded
@@ -76,6 +76,12 @@ def sbatch_script(cfg: Config, config: str, run_dir: Path) -> str:
         + shlex.quote(shlex.join(serve) + ' "$SLURM_PROCID"'),
     ]
     return "\n".join(lines) + "\n"
+
+
+def sbatch_argv(run_dir: Path, script: Path) -> list[str]:
+    """How the fleet's job is submitted: its log next to the endpoints file."""
+    log = FleetPaths(run_dir).dir.resolve() / "slurm-%j.log"
+    return ["sbatch", "--parsable", f"--output={log}", str(script)]
 
 
 def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict:
@@ -104,7 +110,7 @@ def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict
         script = paths.dir / "fleet.sbatch"
         script.write_text(sbatch_script(cfg, config, run_dir))
         out = subprocess.run(
-            ["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=False
+            sbatch_argv(run_dir, script), capture_output=True, text=True, check=False
         )
         if out.returncode != 0:
             raise FleetError(f"sbatch {script} failed: {out.stderr.strip() or out.stdout.strip()}")
