@@ -140,7 +140,6 @@ def _finished(priors, settings, ids, labels):
     keys = labels if keys is None else keys
     k = np.full(len(ids), K)
     thresholded = with_stop_thresholds(dict(priors), keys, k, labels, settings, Export())
-    thresholded = {key: replace(p, audit_salt="run") for key, p in thresholded.items()}
     if isinstance(priors, PriorSet):
         thresholded = PriorSet(thresholded, priors.task_keys)
     return with_audit_cutoffs(thresholded, ids, labels)
@@ -165,7 +164,7 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int, later=mov
     n = np.bincount(pos0, minlength=tasks)
     c = np.bincount(pos0, weights=rewards[pos0, idx0], minlength=tasks).astype(np.int64)
     base = fit_label_priors(n, c, labels, {"a": True})
-    base = with_audit_shares(base, audit_shares({"a": tasks}))
+    base = with_audit_shares(base, audit_shares({"a": tasks}), "run")
     earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}
     warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts)
     rows = [

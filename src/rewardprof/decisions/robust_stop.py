@@ -19,19 +19,25 @@ from rewardprof.decisions.adaptive import keep_at
 from rewardprof.decisions.label_prior import LabelPrior
 
 
+def _flips(ex, cands, n: int, c: int, k: int, group_size: int, label: str, post_fn):
+    """(per candidate P(decision at k differs from the first candidate's most likely one),
+    that decision is keep)."""
+    remaining = k - n
+    if remaining <= 0:
+        return [0.0], bool(keep_at(ex, k, [c], group_size, label, post_fn)[0])
+    keep_j = keep_at(ex, k, c + np.arange(remaining + 1), group_size, label, post_fn)
+    p_keep = [float(cand.predictive(n, c, remaining)[keep_j].sum()) for cand in cands]
+    keep = p_keep[0] >= 0.5
+    return [(1.0 - p) if keep else p for p in p_keep], keep
+
+
 def flip_range(
     ex, prior: LabelPrior, n: int, c: int, k: int, group_size: int, label: str = "", post_fn=None
 ) -> tuple[float, bool]:
     """(the largest P(decision at k differs from the point fit's most likely one) over the
     candidates, that decision is keep)."""
-    remaining = k - n
-    if remaining <= 0:
-        return 0.0, bool(keep_at(ex, k, [c], group_size, label, post_fn)[0])
-    keep_j = keep_at(ex, k, c + np.arange(remaining + 1), group_size, label, post_fn)
-    p_keep = [float(cand.predictive(n, c, remaining)[keep_j].sum()) for cand in prior.candidates]
-    keep = p_keep[0] >= 0.5
-    worst = max((1.0 - p) if keep else p for p in p_keep)
-    return worst, keep
+    flips, keep = _flips(ex, prior.candidates, n, c, k, group_size, label, post_fn)
+    return max(flips), keep
 
 
 def point_flip(
@@ -39,12 +45,8 @@ def point_flip(
 ) -> tuple[float, bool]:
     """(P(decision at k differs from the most likely one) under the point fit, that decision
     is keep)."""
-    remaining = k - n
-    if remaining <= 0:
-        return 0.0, bool(keep_at(ex, k, [c], group_size, label, post_fn)[0])
-    keep_j = keep_at(ex, k, c + np.arange(remaining + 1), group_size, label, post_fn)
-    p_keep = float(prior.point.predictive(n, c, remaining)[keep_j].sum())
-    return (1.0 - p_keep if p_keep >= 0.5 else p_keep), p_keep >= 0.5
+    flips, keep = _flips(ex, (prior.point,), n, c, k, group_size, label, post_fn)
+    return flips[0], keep
 
 
 def robust_bayes_stop(

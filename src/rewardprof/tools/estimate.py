@@ -211,10 +211,10 @@ def _label_row(target: Config, e, n_tasks: int, basis: str, rate, group) -> dict
     k = e.num_repeats
     rollouts = n_tasks * k
     hours = rollouts / rate if rate else math.nan
-    pred = useful_prediction([t for x in group for t in x["counts"]], k)
+    counts = [t for x in group for t in x["counts"]]
+    pred = useful_prediction(counts, k)
     if basis != "label":
         pred = _borrowed_useful(group, k, pred)
-    counts = [t for x in group for t in x["counts"]]
     shares = adaptive_rollouts(target, pred["prior"], k, group_value_counts(group), counts)
     cost_lo, cost_hi = cost_interval([t for x in group for t in x.get("task_costs", [])])
     useful = {

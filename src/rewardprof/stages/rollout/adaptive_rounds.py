@@ -148,7 +148,7 @@ def stopping_priors(
     fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures)
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
-    fitted = with_audit_shares(fitted, shares)
+    fitted = with_audit_shares(fitted, shares, salt=gen_key)  # warm keys inherit both
     warm = None
     if cfg.adaptive.warm_start:
         ids = tasks["task_id"].to_numpy(dtype=object)
@@ -163,13 +163,13 @@ def stopping_priors(
             "drift": drift.as_dict() if drift else None,
             "task_keys": fitted.task_keys,
         }
-    fitted = _with_thresholds(cfg, tasks, fitted, salt=gen_key)
+    fitted = _with_thresholds(cfg, tasks, fitted)
     return {lbl: p.as_dict() for lbl, p in fitted.items()}, warm
 
 
-def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted, salt: str):
+def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted):
     """Each bayes prior with its stopping threshold per K of its tasks (stop_budget.py), and
-    the run's audit salt on every prior (decisions/audit.py)."""
+    each label's audit cutoff (decisions/audit.py)."""
     settings = settings_of(cfg)
     ids = tasks["task_id"].to_numpy(dtype=object)
     labels = tasks["label"].to_numpy(dtype=object)
@@ -191,7 +191,6 @@ def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted, salt: str):
     thresholded = with_stop_thresholds(
         dict(fitted), keys, k, labels, settings, cfg.export, post_fns
     )
-    thresholded = {key: replace(p, audit_salt=salt) for key, p in thresholded.items()}
     if isinstance(fitted, PriorSet):
         thresholded = PriorSet(thresholded, fitted.task_keys)
     return with_audit_cutoffs(thresholded, ids, labels)

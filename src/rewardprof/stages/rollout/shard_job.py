@@ -122,10 +122,11 @@ def run_first_round(
     with _open_shard(job, engine, phase=FIRST_ROUND) as run:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
         winners = _first_round_winners(run, wanted)
-        work: Work = FixedWork(
-            missing_indices(run.tasks, winners[winners["status"] == OK], wanted), cfg.engine.max_n
-        )
-        if phase is not None:  # exact's rounds, up to min_rollouts
+        work: Work
+        if phase is None:  # every task's first min_rollouts
+            missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
+            work = FixedWork(missing, cfg.engine.max_n)
+        else:  # exact's rounds, up to min_rollouts
             rounds = shard_rounds(cfg, phase, run.tasks, job.journal, run.gen_key)
             work = RoundsWork(rounds, cfg.engine.max_n)
         if heartbeat is not None:  # done/expected (at most) and the ETA are the first round's
@@ -142,14 +143,15 @@ def run_first_round(
             "present": len(winners),
             "ok": int((winners["status"] == OK).sum()),
         }
-        if phase is None and summary["present"] != int(wanted.sum()):
-            raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
-        if phase is not None:  # the plan on the journal asks for nothing more
+        if phase is None:
+            incomplete = summary["present"] != int(wanted.sum())
+        else:  # the plan on the journal asks for nothing more
             plan_, records = shard_plan(
                 cfg, phase, run.tasks, run.journal_dir, run.gen_key, run.failed_here
             )
-            if any(missing_lists(plan_, records)):
-                raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
+            incomplete = any(missing_lists(plan_, records))
+        if incomplete:
+            raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
         write_json_atomic(job.out, summary)
         return summary
 
