@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -28,7 +27,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from engine_helpers import MODEL, assert_gone, new_mark, require_engine
-from harness.doc_commands import Block, blocks, doc_files, engine_checkout
+from harness.doc_commands import (
+    Block,
+    blocks,
+    doc_env,
+    doc_files,
+    engine_checkout,
+    run_documented,
+)
 
 from rewardprof.engine.endpoints import read_endpoints
 from rewardprof.engine.host import port_is_free
@@ -185,12 +191,8 @@ def test_engine_blocks_run_verbatim(tmp_path):
     assert len(plan) >= 6, [b.where for b in plan]
     work = engine_checkout(tmp_path)
     name, value, needle = new_mark()
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"},
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "HOME": str(tmp_path / "home"),
-        name: value,  # every process these commands start carries it: none may outlive them
-    }
+    # every process these commands start carries the mark: none may outlive them
+    env = doc_env(tmp_path) | {name: value}
     servers = Servers(tmp_path / "servers.log")
     try:
         for block in plan:
@@ -201,14 +203,7 @@ def test_engine_blocks_run_verbatim(tmp_path):
                 if _is_server(command):
                     servers.start(command, work, env)
                     continue
-                result = subprocess.run(
-                    ["bash", "-c", command],
-                    cwd=work,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=3600,
-                )
+                result = run_documented(command, work, env, timeout=3600)
                 out = result.stdout + result.stderr
                 assert result.returncode == 0, f"{where} exited {result.returncode}:\n{out[-4000:]}"
                 _check(command, result, work, servers)

@@ -13,9 +13,11 @@ name, pointed at the fake engine.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,24 @@ def words_after_configfile(command: str) -> list[str]:
                     break
                 taken.append(value)
     return taken
+
+
+def doc_env(root: Path) -> dict[str, str]:
+    """The environment documented commands run in: this interpreter's scripts first on PATH
+    (`rewardprof`, `snakemake`), HOME a scratch directory under `root`, no XDG_CONFIG_HOME
+    (a user's Snakemake profiles must not leak in)."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"},
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "HOME": str(root / "home"),
+    }
+
+
+def run_documented(command: str, work: Path, env: dict, timeout: float):
+    """One documented command, verbatim, in `work`: its CompletedProcess (output captured)."""
+    return subprocess.run(
+        ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ---- a scratch checkout for running documented commands against the fake engine -----------

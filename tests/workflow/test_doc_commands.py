@@ -15,10 +15,8 @@ only that shard's job and asks the engine for task 3's rollouts only.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +27,10 @@ from harness.doc_commands import (
     REPO,
     RERUN_TARGET,
     blocks,
+    doc_env,
     doc_files,
     is_task3,
+    run_documented,
     scratch_checkout,
 )
 from helpers import require_piece
@@ -126,11 +126,7 @@ def test_documented_commands_run_verbatim(doc, tmp_path):
         work = scratch_checkout(tmp_path, server)
         scenario = Scenario(server, work)
         server.fault_fn = scenario.fault
-        env = {
-            **{k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"},
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "HOME": str(tmp_path / "home"),
-        }
+        env = doc_env(tmp_path)
         ran = []
         for block in blocks(doc):
             if not block.is_shell or block.mark is not None:
@@ -138,14 +134,7 @@ def test_documented_commands_run_verbatim(doc, tmp_path):
             for command in block.commands():
                 scenario.before(command)
                 since = len(server.requests)
-                result = subprocess.run(
-                    ["bash", "-c", command],
-                    cwd=work,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=900,
-                )
+                result = run_documented(command, work, env, timeout=900)
                 where = f"{block.where}: {command}"
                 tail = (result.stdout + result.stderr)[-4000:]
                 ok = result.returncode == 0
