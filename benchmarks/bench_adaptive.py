@@ -272,12 +272,13 @@ def print_scenarios(seed: int, delta: float) -> None:
         )
 
 
-def print_warm_start(tasks: int, seed: int) -> None:
+def print_warm_start(tasks: int, seed: int, runs: int = 5) -> None:
     """exact, bayes with and without the earlier checkpoint's profile, and the oracle bound,
-    one markdown row each: the developers' shapes, then the held-out movements."""
+    one markdown row each over `runs` seeds (agreement: mean and min; share: mean and max):
+    the developers' shapes, then the held-out movements."""
     print(
-        "| earlier shape | new checkpoint | min_rollouts | mode | agreement with fixed K "
-        "| share of rollouts (audit included) |"
+        "| earlier shape | new checkpoint | min_rollouts | mode | agreement with fixed K, "
+        "mean (min) | share of rollouts (audit included), mean (max) |"
     )
     print("|---|---|---|---|---|---|")
     cases = [
@@ -288,11 +289,17 @@ def print_warm_start(tasks: int, seed: int) -> None:
     cases += [(shape, name, 0.5, later) for name, (shape, later) in warm.HELD_OUT.items()]
     for i, (shape, moved, sd, later) in enumerate(cases):
         for first in warm.FIRSTS:
-            for r in warm.simulate(shape, sd, tasks, seed + 10 * i, first, later):
-                agree = "-" if r["agreement"] is None else f"{r['agreement'] * 100:.2f} %"
+            by_mode: dict[str, list[dict]] = {}
+            for j in range(runs):
+                for r in warm.simulate(shape, sd, tasks, seed + 10 * i + 1000 * j, first, later):
+                    by_mode.setdefault(r["mode"], []).append(r)
+            for mode, rows in by_mode.items():
+                agree = [r["agreement"] for r in rows if r["agreement"] is not None]
+                share = [r["share_rollouts"] for r in rows]
+                said = f"{np.mean(agree) * 100:.2f} % ({min(agree) * 100:.1f} %)" if agree else "-"
                 print(
-                    f"| {shape} | {moved} | {first} | {r['mode']} | {agree} "
-                    f"| {r['share_rollouts']:.3f} |",
+                    f"| {shape} | {moved} | {first} | {mode} | {said} "
+                    f"| {np.mean(share):.3f} ({max(share):.3f}) |",
                     flush=True,
                 )
 

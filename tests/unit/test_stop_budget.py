@@ -28,6 +28,7 @@ from rewardprof.decisions.stop_budget import (
     _forward,
     _states,
     expected_share,
+    pooled_thresholds,
     stop_threshold,
     with_stop_thresholds,
 )
@@ -79,6 +80,38 @@ def test_every_candidate_must_fit_the_allowance():
     assert both < alone
     states = _states(Export(), (point, rare), rounds, 8, "", None)
     assert _forward(states, (point, rare), rounds, both)[0].max() <= 0.02
+
+
+def test_several_priors_share_the_allowance_each_with_its_own_threshold():
+    """A warm start's keys: a large group that is surely "never" (earlier 0/16) beside a small
+    one whose candidates disagree. One threshold for both stopped where the pessimistic key's
+    flips ran out; each key's own threshold lets the sure group stop, within delta overall."""
+    rounds = Rounds(K, 2, 2, 4)
+    sure = (_prior({0.0: 0.99, 0.5: 0.01}), _prior({0.0: 0.97, 0.03: 0.02, 0.5: 0.01}))
+    unsure = (_prior({0.0: 0.7, 0.5: 0.3}), _prior({0.0: 0.3, 0.03: 0.4, 0.5: 0.3}))
+    parts = [(0.8, sure, None), (0.2, unsure, None)]
+    taus = pooled_thresholds(Export(), parts, rounds, 8, 0.02)
+    assert len(taus) == 2 and taus[0] > 0
+    spent, saved = 0.0, 0.0
+    for (share, cands, _), tau in zip(parts, taus, strict=True):
+        states = _states(Export(), cands, rounds, 8, "", None)
+        flips, used = _forward(states, cands, rounds, tau)
+        spent += share * flips.max()
+        saved += share * (expected_share(Export(), cands, rounds, 8, -1.0) - used[0])
+    assert spent <= 0.02 and saved > 0.3
+    # nothing left to give: each key's next larger threshold would overspend
+    for j, ((share, cands, _), tau) in enumerate(zip(parts, taus, strict=True)):
+        states = _states(Export(), cands, rounds, 8, "", None)
+        options = sorted(s.p_flip for s in states if not s.settled and s.n >= 4 and s.p_flip < 0.5)
+        nxt = [t for t in options if t > tau]
+        if nxt:
+            more = share * _forward(states, cands, rounds, nxt[0])[0].max()
+            mine = share * _forward(states, cands, rounds, tau)[0].max()
+            assert spent - mine + more > 0.02 or more == mine, j
+    # one prior alone: the largest threshold that fits, as stop_threshold gives it
+    assert pooled_thresholds(Export(), parts[:1], rounds, 8, 0.02) == [
+        stop_threshold(Export(), sure, rounds, 8, 0.02)
+    ]
 
 
 def _loop(settings, outcomes, k, labels, priors=None, audit=None, start=None):

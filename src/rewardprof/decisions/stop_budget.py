@@ -12,13 +12,17 @@ decision is at most delta. That expectation is a forward pass over the states (n
 can reach in the planner's rounds (decisions/adaptive_plan.py): from the first round's
 predictive distribution, each state either settles by the rules (no flip), stops by tau (a
 flip with the candidate's probability), or grows by a round. A label whose tasks have several
-priors (a warm start's keys) gets one tau, the priors' expected flips weighted by their shares.
+priors (a warm start's keys: one per earlier count) shares its delta among them, one tau each:
+one tau for all let the priors whose worst candidates are pessimistic (a few tasks per key)
+block the stops of the large, sure ones (0/16 and 16/16 earlier), and the allowance is spent
+where an expected flip saves the most rollouts.
 A task's plan stays a function of its own results and the recorded prior (no barrier), and the
 expected rollouts per task come out of the same pass (`expected_share`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -106,33 +110,72 @@ def stop_threshold(
     ex, candidates, rounds: Rounds, group_size: int, delta: float, label: str = "", post_fn=None
 ) -> float:
     """The tau of one prior's tasks alone (see the module doc); -1.0 when no stop fits."""
-    return pooled_threshold(ex, [(1.0, candidates, post_fn)], rounds, group_size, delta, label)
+    parts = [(1.0, candidates, post_fn)]
+    return pooled_thresholds(ex, parts, rounds, group_size, delta, label)[0]
 
 
-def pooled_threshold(ex, parts, rounds: Rounds, group_size: int, delta: float, label: str = ""):
-    """One tau for a label whose tasks have several priors (a warm start's keys): `parts` is
-    (share of the label's tasks, candidates, post_fn) per prior; the expected share of flipped
-    decisions, each prior's worst candidate weighted by its share, stays within delta. One
-    tau for all spends the label's allowance where the stops are safest, whichever prior."""
-    states = [_states(ex, cands, rounds, group_size, label, fn) for _, cands, fn in parts]
+def _path(share: float, states, cands, rounds: Rounds, delta: float):
+    """One prior's options in the order its stops grow: (tau, its share-weighted expected
+    flips under its worst candidate, its share-weighted expected rollouts under the point fit),
+    from no stop (-1) up to the last tau whose flips alone fit in delta."""
     options = sorted(
-        {
-            s.p_flip
-            for part in states
-            for s in part
-            if not s.settled and s.n >= rounds.bayes_from and s.p_flip < 0.5
-        }
+        {s.p_flip for s in states if not s.settled and s.n >= rounds.bayes_from and s.p_flip < 0.5}
     )
-    best = -1.0
+    flips, spent = _forward(states, cands, rounds, -1.0)
+    out = [(-1.0, share * float(flips.max()), share * float(spent[0]))]
     for tau in options:  # more stops spend more of the allowance: the first miss ends it
-        spent = sum(
-            share * _forward(part, cands, rounds, tau)[0].max()
-            for (share, cands, _), part in zip(parts, states, strict=True)
-        )
-        if spent > delta:
+        flips, spent = _forward(states, cands, rounds, tau)
+        if share * float(flips.max()) > delta:
             break
-        best = tau
-    return best
+        out.append((tau, share * float(flips.max()), share * float(spent[0])))
+    return out
+
+
+def _cheapest(path, price: float) -> int:
+    """The option of `path` with the fewest rollouts plus `price` per expected flip."""
+    return min(range(len(path)), key=lambda i: (path[i][2] + price * path[i][1], -i))
+
+
+def pooled_thresholds(ex, parts, rounds: Rounds, group_size: int, delta: float, label: str = ""):
+    """One tau per prior of a label whose tasks have several (a warm start's keys): `parts` is
+    (share of the label's tasks, candidates, post_fn) per prior. The label's allowance delta is
+    shared: the expected flips, each prior's worst candidate weighted by its share, sum to at
+    most delta, spent where a flip buys the most rollouts (the smallest price per expected flip
+    at which the priors' cheapest options fit, then what is left given out greedily). A single
+    prior gets the largest tau whose flips fit."""
+    paths = [
+        _path(share, _states(ex, cands, rounds, group_size, label, fn), cands, rounds, delta)
+        for share, cands, fn in parts
+    ]
+
+    def flips(choice: list[int]) -> float:
+        return sum(path[i][1] for path, i in zip(paths, choice, strict=True))
+
+    lo, hi = 0.0, 1e12  # price per expected flip, in rollouts per task (shares of K)
+    if flips([_cheapest(p, lo) for p in paths]) > delta:
+        for _ in range(100):
+            mid = math.sqrt(lo * hi) if lo > 0 else hi / 1e12
+            if flips([_cheapest(p, mid) for p in paths]) > delta:
+                lo = mid
+            else:
+                hi = mid
+        choice = [_cheapest(p, hi) for p in paths]
+    else:
+        choice = [_cheapest(p, lo) for p in paths]
+    improved = True
+    while improved:  # the allowance left: the next option that still fits, most saved first
+        improved = False
+        left = delta - flips(choice)
+        steps = [
+            (path[i + 1][2] - path[i][2], j)
+            for j, (path, i) in enumerate(zip(paths, choice, strict=True))
+            if i + 1 < len(path) and path[i + 1][1] - path[i][1] <= left
+        ]
+        if steps:
+            _, j = min(steps)
+            choice[j] += 1
+            improved = True
+    return [path[i][0] for path, i in zip(paths, choice, strict=True)]
 
 
 def expected_share(
@@ -165,10 +208,10 @@ def with_stop_thresholds(priors: dict, keys, k, labels, settings, ex, post_fns=N
             if not parts:
                 continue
             rounds = Rounds(int(kk), settings.first, settings.round_size, settings.bayes_from)
-            tau = pooled_threshold(
+            found = pooled_thresholds(
                 ex, parts, rounds, settings.group_size, settings.delta, str(label)
             )
-            for key in stopping:
+            for key, tau in zip(stopping, found, strict=True):
                 taus.setdefault(key, {})[int(kk)] = tau
     return {
         key: replace(p, stop_thresholds=taus[key]) if key in taus else p
