@@ -1,9 +1,9 @@
-"""bayes' stopping threshold per label: the allowed flips spent where they save the most.
+"""bayes' stopping thresholds per label: the allowed flips spent where they save the most.
 
 delta bounds the share of a label's tasks whose decision differs from fixed K's (1 - agreement),
 not each task's own chance of flipping: requiring every stopped task to be 98 % sure left most
 of the allowance unspent (0 realized flips where 2 % were allowed) and stopped almost nothing.
-So each label gets one threshold tau, fixed when its prior is fitted and recorded with it: a
+So each label gets a threshold tau, fixed when its prior is fitted and recorded with it: a
 0/1-reward task with c passes in n rollouts (n at least bayes_from, not settled by the rules)
 stops when the point fit's P(decision at K differs from the most likely one) is at most tau.
 tau is the largest value for which, under every candidate prior the first round cannot rule
@@ -188,9 +188,9 @@ def expected_share(
 
 
 def with_stop_thresholds(priors: dict, keys, k, labels, settings, ex, post_fns=None) -> dict:
-    """The priors (key -> LabelPrior) with each bayes one's tau per K: one tau per label and K
-    over the priors of its tasks (`keys`, `k`, `labels`: per task its prior's key, num_repeats
-    and label; `settings`: the planner's AdaptiveSettings)."""
+    """The priors (key -> LabelPrior) with each bayes one's tau per K, each label's delta
+    shared among the priors of its tasks with that K (`keys`, `k`, `labels`: per task its
+    prior's key, num_repeats and label; `settings`: the planner's AdaptiveSettings)."""
     keys, labels = np.asarray(keys, dtype=object), np.asarray(labels, dtype=object)
     k = np.asarray(k, dtype=np.int64)
     taus: dict[object, dict[int, float]] = {}

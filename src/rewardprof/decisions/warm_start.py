@@ -56,7 +56,7 @@ LEAK_GRID = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0
 SOURCE = "warm"
 # how much worse than the key's own prior a woken variant may fit the key's first round: 0,
 # as far as it fits as well. With the label priors' slack of 2, a 0/16 key of ~500 tasks at 0/4
-# (three passes among them) fitted a wake under which 5 % of them flip, so the group never
+# (five with a pass among them) fitted a wake under which 5 % of them flip, so the group never
 # stopped at 0/4 where nothing had woken (0.53-0.62 of fixed K's rollouts); a wake the first
 # round does show (a fifth of never-solved tasks at p 0.02-0.05) still keeps them going
 # (tests/unit/decisions/test_warm_start.py, docs/benchmarks.md)
