@@ -72,7 +72,15 @@ def _sources(tmp_path) -> tuple[list[dict], list[dict]]:
     recordings += rows(NS_TOOLS, "example_rollouts.jsonl")
     write_jsonl(tmp_path / "data" / "ns.jsonl", rows(NS_TOOLS, "example.jsonl"))
     entries.append(
-        {"label": NS_TOOLS, "environment": NS_TOOLS, "source": "data/ns.jsonl", "num_repeats": 1}
+        {
+            "label": NS_TOOLS,
+            "environment": NS_TOOLS,
+            "source": "data/ns.jsonl",
+            "num_repeats": 1,
+            # no recorded cell timed out: a limit far above any, so that a loaded machine
+            # cannot turn a replayed cell into a lost session (one came back lost under CI load)
+            "options": {"exec_timeout_s": 120},
+        }
     )
     return entries, recordings
 
