@@ -33,9 +33,6 @@ Name = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=MAX_NAME_LENGTH)]
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
 # r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
-# adaptive.min_rollouts when adaptive.warm_start is set and it is not: measured best of 2-4
-# (benchmarks/bench_adaptive.py --warm-start)
-WARM_START_FIRST_ROUND = 3
 
 
 class GeneratorSource(StrictModel):
@@ -193,9 +190,8 @@ class Adaptive(StrictModel):
     label's prior that keep the expected share of decisions differing from fixed K <= delta."""
     min_rollouts: PositiveInt = 4
     """bayes: the first round, exact's rounds until a task is settled or has this many (at most
-    num_repeats); the priors are fitted on it and speak from here on. Not given and warm_start
-    set: 3 (with an earlier profile most tasks are settled by the first round, so its size is
-    most of the cost: docs/adaptive.md)."""
+    num_repeats); the priors are fitted on it and speak from here on (with or without
+    warm_start: docs/adaptive.md)."""
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.02
     """bayes: the tolerated share of a label's tasks whose decision differs from fixed K's (1 -
     agreement), spent where stopping saves the most (docs/adaptive.md)."""
@@ -218,13 +214,6 @@ class Adaptive(StrictModel):
     @classmethod
     def _yaml_off(cls, v: Any) -> Any:
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
-
-    @model_validator(mode="before")
-    @classmethod
-    def _warm_first_round(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("warm_start") and "min_rollouts" not in data:
-            return {**data, "min_rollouts": WARM_START_FIRST_ROUND}
-        return data
 
 
 class Config(StrictModel):

@@ -136,6 +136,26 @@ def edge_variants(
     return out
 
 
+def best_edge_variants(w: np.ndarray, lik: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """For each near-end point, w with the share of the end's mass moved there that fits
+    best (the most likely share, on a grid of 400 steps), where that share is above 0."""
+    out = []
+    ends = [(0, _near_index(p)) for p in _NEAR_ENDS]
+    ends += [(len(GRID) - 1, _near_index(1.0 - p)) for p in _NEAR_ENDS]
+    shares = np.linspace(0.0, 1.0, 401)
+    base = lik @ w
+    for src, dst in ends:
+        if w[src] <= 1e-9:
+            continue
+        step = w[src] * (lik[:, dst] - lik[:, src])  # d(lik @ w) per share moved
+        with np.errstate(divide="ignore"):
+            fit = np.log(np.maximum(base[None, :] + shares[:, None] * step[None, :], 0.0)) @ counts
+        share = float(shares[int(np.argmax(fit))])
+        if share > 1e-3:
+            out.append(_moved(w, src, dst, share))
+    return out
+
+
 def candidate_priors(
     n: np.ndarray, c: np.ndarray, pooled: GridPrior, seed: int, replicates: int
 ) -> tuple[GridPrior, ...]:

@@ -40,27 +40,19 @@ from rewardprof.decisions.grid_prior import (
     GridPrior,
     fit_grid,
     likelihood_matrix,
-    log_likelihood,
 )
 from rewardprof.decisions.label_prior import (
     LIKELIHOOD_SLACK,
     MIN_TASKS,
     SHRINK_TASKS,
     LabelPrior,
-    edge_variants,
+    best_edge_variants,
 )
 from rewardprof.decisions.posterior import grouped_counts
 
 TAU_GRID = tuple(round(0.1 * i, 1) for i in range(31))  # 0 .. 3 on the logit scale
 LEAK_GRID = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 SOURCE = "warm"
-# how much worse than the key's own prior a woken variant may fit the key's first round: 0,
-# as far as it fits as well. With the label priors' slack of 2, a 0/16 key of ~500 tasks at 0/4
-# (five with a pass among them) fitted a wake under which 5 % of them flip, so the group never
-# stopped at 0/4 where nothing had woken (0.53-0.62 of fixed K's rollouts); a wake the first
-# round does show (a fifth of never-solved tasks at p 0.02-0.05) still keeps them going
-# (tests/unit/decisions/test_warm_start.py, docs/benchmarks.md)
-WOKEN_SLACK = 0.0
 # what an earlier profile must have (stages/profile.py writes them)
 EARLIER_COLUMNS = ("task_id", "num_rollouts", "num_passed")
 
@@ -223,18 +215,20 @@ def fit_drift(
 
 
 def _woken(w: np.ndarray, n: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
-    """The key's prior with mass moved from p = 0 to a small p (and from 1 to a large p) as far
-    as its tasks' first round fits it no worse than the key's prior itself (WOKEN_SLACK): a task
-    never solved before that starts to pass rarely (a new skill) is not a shift on the logit
-    scale, and from a few rollouts it looks like one that still never passes; an earlier 0/16
-    must not make it look settled."""
+    """The key's prior with the share of its p = 0 mass moved to a small p (and of its p = 1
+    mass to a large p) that best fits its tasks' first round: a task never solved before that
+    starts to pass rarely (a new skill) is not a shift on the logit scale, and from a few
+    rollouts it looks like one that still never passes; where the first round shows such
+    passes, an earlier 0/16 must not make a 0/4 task look settled. The most likely wake, not
+    the largest the first round allows: within the label priors' slack of 2 (or as far as it
+    fits as well as the key's prior), a 0/16 key of ~500 tasks at 0/4 with five passes among
+    them fitted a wake under which 5-10 % of them flip, beyond delta alone, so the group never
+    stopped where nothing had woken (docs/benchmarks.md)."""
     scored = n > 0
     if not scored.any():
         return []
     pairs, counts = grouped_counts(n[scored], c[scored])
-    lik, counts = likelihood_matrix(pairs), np.asarray(counts, float)
-    floor = log_likelihood(w, lik, counts) - WOKEN_SLACK
-    return edge_variants(w, lik, counts, floor)
+    return best_edge_variants(w, likelihood_matrix(pairs), np.asarray(counts, float))
 
 
 def warm_priors(
