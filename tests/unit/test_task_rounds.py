@@ -189,20 +189,29 @@ def test_a_task_is_planned_again_while_another_task_is_out():
     assert not rounds.finished
 
 
-def test_a_label_without_its_0_1_flag_waits_for_its_first_round_only():
-    """exact, no LabelPrior: a task of a label whose first round is partly out is not tested
-    yet (a reward of 0.5 still to come makes the label partial credit); once it came, both
-    tasks are planned on the settled flag."""
+def test_a_label_without_its_0_1_flag_waits_only_where_the_flag_decides():
+    """exact, no LabelPrior: while a label's 0/1 flag is open (a reward of 0.5 still to come
+    makes it partial credit), a task that goes on the same way under either flag asks for its
+    next round at once (a shard's job does not drain its first round before its second); one
+    whose next step depends on the flag waits for it, then is planned on the settled flag."""
     labels = np.array(["a", "a"], dtype=object)
     rounds = TaskRounds(EXACT, Export(), np.array([K, K]), labels, _empty())
     rounds.take()
     for r in (0, 1):
         rounds.returned(0, r, 1.0)
     rounds.returned(1, 0, 1.0)
-    assert rounds.take() == []  # task 0 waits for the label, not for a round
+    assert rounds.take() == [(0, [2, 3])]  # all-same at 2: goes on under either flag
+    # under min_grpo_signal a mixed task is kept at 2 if the label is 0/1, decided at K if not
+    graded = Export(min_grpo_signal=0.3)
+    rounds = TaskRounds(EXACT, graded, np.array([K, K]), labels, _empty())
+    rounds.take()
+    rounds.returned(0, 0, 0.0)
+    rounds.returned(0, 1, 1.0)
+    rounds.returned(1, 0, 1.0)
+    assert rounds.take() == []  # task 0 waits for the label's flag, not for a round
     rounds.returned(1, 1, 0.5)
-    assert rounds.take() == [(0, [2, 3])]  # task 1 has variance: kept at 2 rollouts
-    assert rounds.done[1] and rounds.keep[1] and not rounds.done[0]
+    assert rounds.take() == [(0, [2, 3]), (1, [2, 3])]  # partial credit: decided at K
+    assert not rounds.done[0] and not rounds.done[1]
 
 
 def test_returning_a_rollout_not_asked_for_is_an_error():

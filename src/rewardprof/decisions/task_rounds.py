@@ -6,9 +6,11 @@ its label's rewards are 0/1, and that flag is settled by the label's first round
 its LabelPrior) and fixed from then on. So a task planned alone, the moment every rollout it
 asked for is known, gets the plan the round-synchronous planner gives it on the same results:
 the same (task, rollout) pairs and the same decision, whatever order results arrive in. The one
-wait left is on a label whose 0/1 flag is not settled yet (no LabelPrior: exact mode): its
-tasks sample their first round, then wait until every task of the label has its first round
-known or one of them showed a reward other than 0 and 1.
+wait left is on a label whose 0/1 flag is not settled yet (no LabelPrior: exact mode, bayes'
+first round): a task whose first round is known and whose next step is the same under either
+flag takes it at once (the settled flag would ask for the same rollouts); one whose next step
+depends on it (a mixed task under export.min_grpo_signal) waits until every task of the label
+has its first round known or one of them showed a reward other than 0 and 1.
 
 Pure bookkeeping, no I/O: the rollout stage asks `take` what to sample, and reports each
 result with `returned` (reward NaN: failed, which the plan treats as known, like the
@@ -85,12 +87,15 @@ class TaskRounds:
         self._ready.clear()
         asks: dict[int, list[int]] = {}
         settled = [p for p in ready if self._settled[p]]
+        waiting = []
         for p in (p for p in ready if not self._settled[p]):
             missing = [r for r in range(int(self._n_first[p])) if r not in self._known[p]]
             if missing:
                 asks[p] = missing
             else:
-                self._parked.setdefault(self._labels[p], []).append(p)
+                waiting.append(p)
+        if waiting:
+            asks.update(self._either_flag(np.asarray(waiting, dtype=np.int64)))
         if settled:
             asks.update(self._plan(np.asarray(settled, dtype=np.int64)))
         for p, indices in asks.items():
@@ -124,8 +129,25 @@ class TaskRounds:
         self._first_open.pop(label, None)
         self._ready.update(self._parked.pop(label, []))
 
-    def _plan(self, rows: np.ndarray) -> dict[int, list[int]]:
-        """Plan the tasks at `rows` alone on their own results; their rollouts still missing."""
+    def _either_flag(self, rows: np.ndarray) -> dict[int, list[int]]:
+        """Tasks whose first round is known while their label's 0/1 flag is not: a task that
+        goes on the same way under either flag asks for its next round now (the flag, once
+        settled, would ask for the same rollouts: a shard's job does not drain its first
+        round before its second), the others wait for the flag."""
+        binary = self._plan(rows, np.ones(len(rows), bool), keep=False)
+        partial = self._plan(rows, np.zeros(len(rows), bool), keep=False)
+        asks = {}
+        for p in rows.tolist():
+            if p in binary and binary[p] == partial.get(p):
+                asks[p] = binary[p]
+            else:
+                self._parked.setdefault(self._labels[p], []).append(p)
+        return asks
+
+    def _plan(self, rows: np.ndarray, binary=None, keep: bool = True) -> dict[int, list[int]]:
+        """Plan the tasks at `rows` alone on their own results (`binary`: their labels' 0/1
+        flags, the settled ones when None; `keep`: record the plan); their rollouts still
+        missing."""
         pos, idx, reward = [], [], []
         for i, p in enumerate(rows.tolist()):
             known = self._known[p]
@@ -146,10 +168,12 @@ class TaskRounds:
             self._priors,
             self._pass_threshold,
             self._audit[rows],
-            binary=self._binary[rows],
+            binary=self._binary[rows] if binary is None else binary,
             prior_keys=None if self._prior_keys is None else self._prior_keys[rows],
         )
-        self.planned[rows], self.done[rows], self.keep[rows] = part.planned, part.done, part.keep
+        if keep:
+            self.planned[rows], self.done[rows] = part.planned, part.done
+            self.keep[rows] = part.keep
         asks: dict[int, list[int]] = {}
         for i, r in zip(*(a.tolist() for a in part.missing(records)), strict=True):
             asks.setdefault(int(rows[i]), []).append(r)
