@@ -119,6 +119,11 @@ class Blend:
             }
             if env == "llm_judge":
                 entry["options"] = self.judge_options
+            if env == "code":
+                # the blend's programs all end at once; the 5 s default also counts the
+                # sandbox's start, which a loaded CI machine once took past it (a
+                # verifier_error in one run and not the other: not what this test is about)
+                entry["options"] = {"timeout_s": 60}
             entries.append(entry)
         # token ids as a vLLM endpoint returns them: exact per-sample counts (without them a
         # request's usage total is split over its n samples by text length, so a rollout
