@@ -110,17 +110,20 @@ def _moved(w: np.ndarray, src: int, dst: int, share: float) -> np.ndarray:
     return out
 
 
+def _edge_moves(w: np.ndarray) -> list[tuple[int, int]]:
+    """(end, near-end point) for each point of _NEAR_ENDS, of an end that has mass in w."""
+    ends = [(0, _near_index(p)) for p in _NEAR_ENDS]
+    ends += [(len(GRID) - 1, _near_index(1.0 - p)) for p in _NEAR_ENDS]
+    return [(src, dst) for src, dst in ends if w[src] > 1e-9]
+
+
 def edge_variants(
     w: np.ndarray, lik: np.ndarray, counts: np.ndarray, floor: float
 ) -> list[np.ndarray]:
     """For each near-end point, w with the largest share of the end's mass moved there that
     keeps the log-likelihood >= floor (bisection on the share)."""
     out = []
-    ends = [(0, _near_index(p)) for p in _NEAR_ENDS]
-    ends += [(len(GRID) - 1, _near_index(1.0 - p)) for p in _NEAR_ENDS]
-    for src, dst in ends:
-        if w[src] <= 1e-9:
-            continue
+    for src, dst in _edge_moves(w):
         lo, hi = 0.0, 1.0
         if log_likelihood(_moved(w, src, dst, hi), lik, counts) >= floor:
             lo = hi
@@ -140,13 +143,9 @@ def best_edge_variants(w: np.ndarray, lik: np.ndarray, counts: np.ndarray) -> li
     """For each near-end point, w with the share of the end's mass moved there that fits
     best (the most likely share, on a grid of 400 steps), where that share is above 0."""
     out = []
-    ends = [(0, _near_index(p)) for p in _NEAR_ENDS]
-    ends += [(len(GRID) - 1, _near_index(1.0 - p)) for p in _NEAR_ENDS]
     shares = np.linspace(0.0, 1.0, 401)
     base = lik @ w
-    for src, dst in ends:
-        if w[src] <= 1e-9:
-            continue
+    for src, dst in _edge_moves(w):
         step = w[src] * (lik[:, dst] - lik[:, src])  # d(lik @ w) per share moved
         with np.errstate(divide="ignore"):
             fit = np.log(np.maximum(base[None, :] + shares[:, None] * step[None, :], 0.0)) @ counts
