@@ -136,11 +136,6 @@ class Balancer:
         """Sequences the listed replicas admit in all (what fills the fleet)."""
         return sum(r.cap for r in self.listed())
 
-    def free_share(self) -> int:
-        """Sequences this job could send now without passing its share of any replica's slots
-        (what a first-round job's filler may take: never a place in a replica's queue)."""
-        return sum(max(0, r.base - r.in_flight) for r in self.listed() if r.state == IN)
-
     def set_jobs(self, jobs: int) -> None:
         """The jobs sharing the fleet now: every replica's share follows."""
         if jobs != self.jobs:

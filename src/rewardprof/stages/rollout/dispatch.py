@@ -43,7 +43,6 @@ class Dispatch:
         queue_size: int,
         progress: Progress,
         filler: Work | None = None,
-        filler_room: Callable[[], int] = lambda: 1 << 30,
     ):
         self._work, self._filler = work, filler
         self._run_unit, self._read_text = run_unit, read_text
@@ -57,10 +56,6 @@ class Dispatch:
         self._spare: list[Unit] = []  # filler units taken from the filler, not queued yet
         self._filling: set[asyncio.Task] = set()
         self._filler_stopped = filler is None
-        # sequences the endpoints have free for this job now, without queueing: a filler unit
-        # waiting in an engine's queue would go before the work's next round
-        self._filler_room = filler_room
-        self._queued = 0  # sequences of the units in the queue
 
     async def run(self) -> None:
         """Until the work is finished (then the filler is stopped and the workers end)."""
@@ -92,7 +87,6 @@ class Dispatch:
         self._staff()
         await self._read_text(unit.pos)
         await self._queue.put((unit, work))
-        self._queued += len(unit.indices)
 
     def _staff(self) -> None:
         want = self._wanted()
@@ -101,15 +95,12 @@ class Dispatch:
         )
 
     async def _fill(self) -> None:
-        """One filler unit per worker idle now (the work has nothing to send), within the
-        room the endpoints have free for this job."""
+        """One filler unit per worker idle now (the work has nothing to send)."""
         while not self._filler_stopped and self._idle > self._queue.qsize():
             if not self._spare:
                 self._spare = self._filler.take()[::-1]  # popped from the end: in order
                 if not self._spare:
                     return  # the filler waits on its own results
-            if len(self._spare[-1].indices) > self._filler_room() - self._queued:
-                return  # no free slot: a returning unit wakes the loop again
             unit = self._spare.pop()
             self._progress.add(len(unit.indices))
             await self._put(unit, self._filler)
@@ -131,7 +122,6 @@ class Dispatch:
             if item is None:
                 return
             unit, work = item
-            self._queued -= len(unit.indices)
             if work is self._work:
                 await self._run_unit(unit, work)
                 self._open -= 1

@@ -324,7 +324,6 @@ class ShardRun:
                     2 * r.concurrency,
                     progress,
                     filler,
-                    balancer.free_share if balancer else lambda: r.concurrency,
                 )
                 try:
                     await run_while_alive(
