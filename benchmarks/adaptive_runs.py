@@ -2,9 +2,8 @@
 
 `bayes_run` follows the workflow's steps with the package's functions: the first round (exact's
 rounds up to min_rollouts: stages/rollout/adaptive_rounds.first_round_settings), the labels'
-priors fitted on its prior sample's part (decisions/prior_sample.py) with the audit share and
-each label's stopping threshold (stop_budget.with_stop_thresholds), then the rounds, audited
-tasks never stopped by the prior.
+priors fitted on it with the audit share and each label's stopping threshold
+(stop_budget.with_stop_thresholds), then the rounds, audited tasks never stopped by the prior.
 `exact_run` is exact's rounds. `export_keep` puts a run's rollouts and plan through the profile
 and export stages' own functions (task_profile, the export's drop reasons): what is compared
 with fixed K is what a user exports, not the planner's own decision.
@@ -30,7 +29,6 @@ from rewardprof.decisions.audit import (
 )
 from rewardprof.decisions.keep_rules import KEEP
 from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.prior_sample import prior_sample
 from rewardprof.decisions.stop_budget import with_stop_thresholds
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
@@ -65,10 +63,7 @@ def bayes_run(
     settings = AdaptiveSettings("bayes", ROUND, ROUND, delta, GROUP_SIZE, bayes_from=MIN_ROLLOUTS)
     first = replace(settings, mode="exact", bayes_from=0, stop_at=MIN_ROLLOUTS)
     _, pos, idx = rounds(first, ex, outcomes, k, labels)
-    if ids is None:
-        ids = np.array([f"task-{i}" for i in range(len(k))], dtype=object)
-    # the priors see the prior sample's first round only (the rest of it is the job's filler)
-    ok = ~np.isnan(outcomes[pos, idx]) & prior_sample(ids, labels, salt=salt)[pos]
+    ok = ~np.isnan(outcomes[pos, idx])
     n = np.bincount(pos[ok], minlength=len(k))
     c = np.bincount(pos[ok], weights=outcomes[pos[ok], idx[ok]] >= 1.0, minlength=len(k))
     reward = outcomes[pos[ok], idx[ok]]
@@ -80,6 +75,8 @@ def bayes_run(
     sizes = {lbl: int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     priors = with_audit_shares(priors, audit_shares(sizes, audit_share), salt)
     priors = with_stop_thresholds(priors, labels, k, labels, settings, ex)
+    if ids is None:
+        ids = np.array([f"task-{i}" for i in range(len(k))], dtype=object)
     priors = with_audit_cutoffs(priors, ids, labels)
     audit = audit_of(ids, labels, priors)
     p, pos, idx = rounds(settings, ex, outcomes, k, labels, priors, audit, (pos, idx))

@@ -34,7 +34,6 @@ from rewardprof.decisions.audit import (
     with_audit_shares,
 )
 from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.prior_sample import prior_sample
 from rewardprof.decisions.stop_budget import with_stop_thresholds
 from rewardprof.decisions.warm_start import PriorSet, prior_keys_of, warm_priors
 
@@ -162,11 +161,8 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int, later=mov
     exact, _, _ = _loop(replace(settings, mode="exact", bayes_from=0), rewards, labels)
     phase = replace(settings, mode="exact", bayes_from=0, stop_at=first)
     _, pos0, idx0 = _loop(phase, rewards, labels)
-    # the priors see the prior sample's first round only (decisions/prior_sample.py)
-    seen = prior_sample(ids, labels, salt="run")[pos0]
-    n = np.bincount(pos0[seen], minlength=tasks)
-    c = np.bincount(pos0[seen], weights=rewards[pos0[seen], idx0[seen]], minlength=tasks)
-    c = c.astype(np.int64)
+    n = np.bincount(pos0, minlength=tasks)
+    c = np.bincount(pos0, weights=rewards[pos0, idx0], minlength=tasks).astype(np.int64)
     base = fit_label_priors(n, c, labels, {"a": True})
     base = with_audit_shares(base, audit_shares({"a": tasks}), "run")
     earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}

@@ -1,12 +1,9 @@
-# Adaptive sampling, mode bayes (docs/adaptive.md): each shard's first round of the prior
-# sample (the rest of its first round fills idle slots meanwhile), then one job fits every
-# label's prior over all shards, then the rollout jobs run their rounds with it. The prior
-# never depends on the shard layout or on what a restarted job had journaled.
+# Adaptive sampling, mode bayes (docs/adaptive.md): each shard's first round, then one job fits
+# every label's prior over all shards, then the rollout jobs run their rounds with it. The
+# prior never depends on the shard layout or on what a restarted job had journaled.
 rule adaptive_first_round:
     input:
         tasks=LAYOUT.shard_tasks("{i}", "{n}"),
-        # every task: which of this shard's are in the prior sample (the rest is filler)
-        all_tasks=LAYOUT.tasks,
         model=engine_model_input(),
         cfg=LAYOUT.stage_config("rollout"),
     output:
@@ -25,7 +22,7 @@ rule adaptive_first_round:
     shell:
         "rewardprof adaptive-first-round --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.done:q}"
-        " --shard {wildcards.i:q} --num-shards {wildcards.n:q} --all-tasks {input.all_tasks:q}"
+        " --shard {wildcards.i:q} --num-shards {wildcards.n:q}"
         " --engine-log {log.engine:q} 2>> {log.rollout:q}"
 
 

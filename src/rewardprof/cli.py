@@ -56,7 +56,9 @@ def _lazy(module: str, name: str) -> Callable:
 
 def _tool(module: str) -> tuple[Callable, Callable]:
     """(add_arguments, run_command) of the tool module `rewardprof.<module>`, imported lazily."""
-    return tuple(_lazy(f"rewardprof.{module}", f) for f in ("add_arguments", "run_command"))
+    return _lazy(f"rewardprof.{module}", "add_arguments"), _lazy(
+        f"rewardprof.{module}", "run_command"
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -157,8 +159,7 @@ def _rollout_args(p: argparse.ArgumentParser) -> None:
     add_path_arguments(p, "rollout")
     _shard_index_args(p)
     p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
-    for flag, text in (("--prior", "the labels' fitted priors"), ("--all-tasks", "every task")):
-        p.add_argument(flag, default=None, help=f"adaptive bayes: {text}")
+    p.add_argument("--prior", default=None, help="adaptive bayes: the labels' fitted priors")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:

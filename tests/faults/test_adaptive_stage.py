@@ -44,9 +44,8 @@ def answer(prompt: str, seed: int | None) -> str:
     return text
 
 
-def _cfg(base_url: str, mode: str, num_shards: int = 1, **adaptive):
-    adaptive = {"mode": mode, **adaptive}
-    return kit.make_config(base_url, num_repeats=K, num_shards=num_shards, adaptive=adaptive)
+def _cfg(base_url: str, mode: str, num_shards: int = 1):
+    return kit.make_config(base_url, num_repeats=K, num_shards=num_shards, adaptive={"mode": mode})
 
 
 def _pairs(paths: list[Path]) -> set[tuple[int, int]]:
@@ -58,18 +57,12 @@ def _pairs(paths: list[Path]) -> set[tuple[int, int]]:
 
 
 def _run(
-    tmp: Path,
-    mode: str,
-    num_shards: int = 1,
-    tasks_n: int = TASKS,
-    rollout: dict | None = None,
-    adaptive: dict | None = None,
+    tmp: Path, mode: str, num_shards: int = 1, tasks_n: int = TASKS, rollout: dict | None = None
 ) -> tuple[list[Path], int]:
     """One run in `tmp` with its own journal, the workflow's steps in order: (shard outputs,
-    rollouts requested). bayes: every shard's first round (its prior sample drawn from the
-    whole tasks table, as the workflow does), the priors over all, the rounds."""
+    rollouts requested). bayes: every shard's first round, the priors over all, the rounds."""
     with FakeOpenAI(answer) as server:
-        cfg = _cfg(server.base_url, mode, num_shards, **(adaptive or {}))
+        cfg = _cfg(server.base_url, mode, num_shards)
         if rollout:
             cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update=rollout)})
         tasks = kit.make_tasks(tmp, cfg, tasks_n)
@@ -81,8 +74,7 @@ def _run(
             for i, part in enumerate(parts):
                 done = tmp / f"first{i}.json"
                 tag = f"{i}-of-{num_shards}"
-                job = ShardJob(cfg, part, journal, done, tag, all_tasks=tasks)
-                run_first_round(job, kit.engine(cfg))
+                run_first_round(ShardJob(cfg, part, journal, done, tag), kit.engine(cfg))
             prior = tmp / "prior.json"
             write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
             priors = load_priors(prior)
@@ -184,45 +176,6 @@ def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
     # the same run over 3 shards: the same pairs and decisions (one prior over all shards)
     three, _ = _run(tmp_path / "three", "bayes", 3, tasks_n=n)
     assert _pairs(three) == _pairs(bayes) and read_plans(three).equals(plans)
-
-
-def test_the_priors_see_only_their_sample_whatever_the_filler_journaled(tmp_path):
-    # 30 tasks, a sample of 15: the other 15 tasks' first round is the first-round jobs' filler
-    sampled = {"prior_min_tasks": 10}
-    one, _ = _run(tmp_path / "one", "bayes", 1, adaptive=sampled)
-    three, _ = _run(tmp_path / "three", "bayes", 3, adaptive=sampled)
-    priors = [json.loads((tmp_path / d / "prior.json").read_text()) for d in ("one", "three")]
-    assert priors[0]["prior_sample"] == {"m": 15} == priors[1]["prior_sample"]
-    assert priors[0]["label_priors"]["m"]["tasks"] == 15
-    assert priors[0]["label_priors"] == priors[1]["label_priors"]
-    firsts = [json.loads((tmp_path / "three" / f"first{i}.json").read_text()) for i in range(3)]
-    assert sum(f["sampled"] for f in firsts) == 15
-    # the same run, the journal holding every task's whole first round before the prior is
-    # fitted (as much filler as there can be): the same priors, pairs and decisions
-    full = tmp_path / "full"
-    with FakeOpenAI(answer) as server:
-        everything = _cfg(server.base_url, "bayes", prior_min_tasks=1000)
-        tasks = kit.make_tasks(full, everything, TASKS)
-        part = full / "shard0.parquet"
-        shard.run(everything, StagePaths(tasks=tasks, out=part, shard=0, num_shards=1))
-        job = ShardJob(everything, part, full / "journal", full / "first.json", "0-of-1", tasks)
-        assert run_first_round(job, kit.engine(everything))["sampled"] == TASKS
-    write_priors(
-        _cfg("http://x", "bayes", **sampled),
-        StagePaths(tasks=tasks, journal=full / "journal", out=full / "prior.json"),
-    )
-    assert (
-        json.loads((full / "prior.json").read_text())["label_priors"] == priors[0]["label_priors"]
-    )
-    assert _pairs(one) == _pairs(three)
-    assert read_plans(one).equals(read_plans(three))
-    fixed, _ = _run(tmp_path / "off", "off")
-    shards = [tmp_path / "one" / "shard0.parquet"]
-    want_pairs, want_plans = _round_synchronous(
-        "bayes", shards, fixed, tmp_path / "one" / "prior.json"
-    )
-    assert _pairs(one) == want_pairs
-    same_plans(read_plans(one), want_plans)
 
 
 def _round_synchronous(mode: str, shards: list[Path], fixed: list[Path], prior=None):

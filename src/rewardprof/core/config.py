@@ -205,13 +205,6 @@ class Adaptive(StrictModel):
     """bayes: audit at least this many tasks per label (at most all of them). 0: the share
     alone, a budget not a floor; a label too small for a useful audit is reported as such
     ("too few to say") instead of being audited whole."""
-    prior_share: Annotated[float, Field(gt=0, le=1)] = 0.5
-    """bayes: share of each label's tasks (chosen by a hash of task_id) whose first round the
-    priors are fitted on; the rest of the first round fills the engines while that sample's
-    last rollouts run and the priors are fitted (docs/adaptive.md). 1: every task."""
-    prior_min_tasks: NonNegativeInt = 200
-    """bayes: fit each label's prior on at least this many tasks (every task of a label with
-    at most this many), whatever prior_share says."""
     warm_start: str | None = None
     """bayes: an earlier run's profile/tasks.parquet (e.g. the previous checkpoint's) of the
     same tasks: a task matched by task_id gets a prior from its earlier rewards, trusted as far

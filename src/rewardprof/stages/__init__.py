@@ -38,7 +38,6 @@ class StagePaths:
     shard: int | None = None  # this shard's index (shard, rollout)
     num_shards: int | None = None  # the number of shards (shard, rollout)
     prior: Path | None = None  # adaptive/prior.json: the labels' fitted priors (bayes rollout)
-    all_tasks: Path | None = None  # every task of the run (bayes' first round: the prior sample)
 
     def need(self, name: str) -> Any:
         """The field `name`, which the calling stage cannot run without."""

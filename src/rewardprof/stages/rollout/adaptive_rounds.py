@@ -44,7 +44,6 @@ from rewardprof.decisions.audit import (
 )
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
-from rewardprof.decisions.prior_sample import prior_sample, sample_sizes
 from rewardprof.decisions.stop_budget import with_stop_thresholds
 from rewardprof.decisions.task_rounds import TaskRounds
 from rewardprof.decisions.warm_start import (
@@ -97,24 +96,13 @@ def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFra
     ).winners
 
 
-def sample_of(cfg: Config, tasks: pd.DataFrame, gen_key: str) -> np.ndarray:
-    """Per task of `tasks` (every task of the run): in its label's prior sample, the tasks
-    whose first round the priors are fitted on (decisions/prior_sample.py)."""
-    a = cfg.adaptive
-    ids, labels = tasks["task_id"].to_numpy(dtype=object), tasks["label"].to_numpy(dtype=object)
-    return prior_sample(ids, labels, a.prior_share, a.prior_min_tasks, gen_key)
-
-
 def first_round_counts(
     cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
 ) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
-    """Per task (n, c) of the first round (rollouts below adaptive.min_rollouts) of the prior
-    sample, as journaled (0, 0 outside it: what a first-round job's filler journaled must not
-    make the fit depend on timing): ok rollouts count, failed ones do not; and label -> every
-    first-round reward of its sample is 0 or 1."""
+    """Per task (n, c) of the first round (rollouts below adaptive.min_rollouts), as journaled:
+    ok rollouts count, failed ones do not; and label -> every first-round reward is 0 or 1."""
     first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
-    sampled = sample_of(cfg, tasks, gen_key)
-    w = _winners(tasks[sampled].assign(num_repeats=first[sampled]), journal_dir, gen_key)
+    w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
     w = w[w["status"] == OK]
     reward = w["reward"].to_numpy(dtype=float)
     passed = reward >= cfg.profile.pass_threshold
@@ -219,9 +207,8 @@ def earlier_counts(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def write_priors(cfg: Config, paths: StagePaths) -> dict:
-    """Fit the priors on the journaled first round of each label's prior sample (paths.tasks:
-    the whole tasks table) and write them to paths.out (adaptive/prior.json), which every later
-    round reads; `prior_sample`: how many tasks of each label the fit saw."""
+    """Fit the priors on the journaled first round of every task (paths.tasks: the whole tasks
+    table) and write them to paths.out (adaptive/prior.json), which every later round reads."""
     tasks = pq.read_table(
         paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
     ).to_pandas()
@@ -230,7 +217,6 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
         "min_rollouts": cfg.adaptive.min_rollouts,
         "gen_key": key,
         "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
-        "prior_sample": sample_sizes(tasks["label"], sample_of(cfg, tasks, key)),
     }
     result["label_priors"], warm = stopping_priors(cfg, tasks, paths.need("journal"), key)
     if warm is not None:

@@ -35,7 +35,6 @@ from rewardprof.engine.liveness import EndpointLiveness, run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, VerifyContext, make_environment
 from rewardprof.environments.acting import ActingEnvironment
-from rewardprof.stages.rollout.dispatch import Dispatch
 from rewardprof.stages.rollout.episodes import engine_chat, episode_fields
 from rewardprof.stages.rollout.progress import Progress
 from rewardprof.stages.rollout.seeds import (
@@ -46,14 +45,14 @@ from rewardprof.stages.rollout.seeds import (
 )
 from rewardprof.stages.rollout.shard_tasks import Unit, missing_indices, read_text
 from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
-from rewardprof.stages.rollout.work import FixedWork, RoundsWork, SubsetWork
+from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.record import journal_record
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
-Work = FixedWork | RoundsWork | SubsetWork
+Work = FixedWork | RoundsWork
 
 
 _WRITER_SEQ = itertools.count()
@@ -275,17 +274,16 @@ class ShardRun:
         cuts = np.flatnonzero(np.diff(group)) + 1
         return [part.tolist() for part in np.split(np.asarray(positions, dtype=np.int64), cuts)]
 
-    async def generate(
-        self, endpoint: Endpoint, work: Work, progress: Progress, filler: Work | None = None
-    ) -> None:
-        """Sample what `work` asks for from `endpoint` until it is finished (dispatch.py: a
-        fixed pool of workers, a bounded queue; `filler` only in slots the work leaves idle);
-        each result goes to the journal, then to its work, which may ask for more."""
+    async def generate(self, endpoint: Endpoint, work: Work, progress: Progress) -> None:
+        """Sample what `work` asks for from `endpoint` until it is finished: its requests go
+        to a fixed pool of workers through a bounded queue; each result goes to the journal,
+        then to `work`, which may ask for more (adaptive rounds) while others are still out."""
         self.endpoint, r = endpoint, self.cfg.rollout
         # text is read one row group at a time as the queue reaches it: the first request of a
         # resumed shard does not wait for the text of every task still missing rollouts
-        positions = work.positions() + ([] if filler is None else filler.positions())
-        batches = iter(self._text_batches(sorted(positions)))
+        batches = iter(self._text_batches(work.positions()))
+        queue: asyncio.Queue[Unit | None] = asyncio.Queue(maxsize=2 * r.concurrency)
+        returned = asyncio.Event()  # a request finished: `work` may ask for more
         writer = JournalWriter(
             self.journal_dir, self.writer_id, r.segment_interval_s, r.segment_max_records
         )
@@ -316,23 +314,48 @@ class ShardRun:
                     await balancer.start(session)
                     probing = asyncio.ensure_future(balancer.watch(session))
                 ctx = VerifyContext(pool=pool, timeout_s=r.verify_timeout_s, http_session=None)
-                dispatch = Dispatch(
-                    work,
-                    lambda unit, w: self._do_unit(unit, client, ctx, writer, progress, w),
-                    lambda pos: self._read_text_for(pos, batches),
-                    lambda: max(r.concurrency, balancer.admission() if balancer else 0),
-                    2 * r.concurrency,
-                    progress,
-                    filler,
-                )
+
+                async def worker() -> None:
+                    while (unit := await queue.get()) is not None:
+                        await self._do_unit(unit, client, ctx, writer, progress, work)
+                        returned.set()
+
+                def staff() -> None:  # a worker per sequence the replicas admit, at least
+                    want = max(r.concurrency, balancer.admission() if balancer else 0)
+                    workers.extend(
+                        asyncio.create_task(worker()) for _ in range(want - len(workers))
+                    )
+
+                async def feed() -> None:
+                    taken = 0
+                    while True:
+                        units = work.take()
+                        count = sum(len(u.indices) for u in units)
+                        if taken:  # the first take is the total `progress` started with
+                            progress.add(count)
+                        taken += count
+                        for unit in units:
+                            staff()
+                            await self._read_text_for(unit.pos, batches)
+                            await queue.put(unit)
+                        if work.finished:
+                            break
+                        if not units:
+                            await returned.wait()  # set by a worker since the last take
+                            returned.clear()
+                    for _ in workers:
+                        await queue.put(None)
+                    await asyncio.gather(*workers)
+
+                workers = [asyncio.create_task(worker()) for _ in range(r.concurrency)]
                 try:
                     await run_while_alive(
-                        dispatch.run(),
+                        feed(),
                         liveness,
                         f"{self.shard_tag}: engine {self.endpoint.identity}",
                     )
                 finally:
-                    stopping = [*dispatch.workers, *([probing] if probing is not None else [])]
+                    stopping = [*workers, *([probing] if probing is not None else [])]
                     for task in stopping:
                         task.cancel()
                     # awaited before the session closes: a probe cut short is not a dead replica

@@ -4,9 +4,8 @@ output is written), then write the shard's output.
 
 - run_shard: every rollout of the shard's tasks (fixed K), or adaptive rounds planned task by
   task (work.RoundsWork), recorded in the output's metadata;
-- run_first_round: adaptive bayes' first step, the prior sample's rollouts below
-  adaptive.min_rollouts (the other tasks' as filler in idle slots), and a summary saying the
-  shard's sampled first round is journaled.
+- run_first_round: adaptive bayes' first step, every task's rollouts below
+  adaptive.min_rollouts, and a summary saying the shard's first round is journaled.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
@@ -31,7 +29,6 @@ from rewardprof.stages.rollout.adaptive_rounds import (
     first_round_settings,
     missing_lists,
     plan_metadata,
-    sample_of,
     settings_of,
     shard_plan,
     shard_rounds,
@@ -41,7 +38,7 @@ from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress, log_done, log_start
 from rewardprof.stages.rollout.runner import ShardRun, Work, with_sigterm
 from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices
-from rewardprof.stages.rollout.work import FixedWork, RoundsWork, SubsetWork
+from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import ShardLock, scan_journal
 from rewardprof.store.shards import FIRST_ROUND
@@ -72,13 +69,10 @@ class ShardJob:
     journal: Path
     out: Path
     tag: str
-    all_tasks: Path | None = None  # every task of the run (bayes' first round: its sample)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "journal", "out"):
             object.__setattr__(self, name, Path(getattr(self, name)))
-        if self.all_tasks is not None:
-            object.__setattr__(self, "all_tasks", Path(self.all_tasks))
 
 
 def run_shard(
@@ -119,73 +113,47 @@ def run_shard(
 def run_first_round(
     job: ShardJob, engine: EngineOpener, heartbeat: ShardHeartbeat | None = None
 ) -> dict[str, Any]:
-    """bayes' first step in a shard: exact's rounds until each task of the prior sample
-    (decisions/prior_sample.py) is settled or has adaptive.min_rollouts (at most K; every
-    sampled task's first min_rollouts with posterior keep rules), the other tasks' first round
-    in the slots those leave idle (stopped when the sample's is done), then a summary at
-    job.out saying the shard's sampled first round is journaled."""
+    """bayes' first step in a shard: exact's rounds until each task is settled or has
+    adaptive.min_rollouts (at most K; every task's first min_rollouts with posterior keep
+    rules), then a summary at job.out saying the shard's first round is journaled."""
     cfg = job.cfg
     first = cfg.adaptive.min_rollouts
     phase = first_round_settings(cfg)
     with _open_shard(job, engine, phase=FIRST_ROUND) as run:
         wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
-        sampled = _sampled(job, run)
         winners = _first_round_winners(run, wanted)
-        work = _first_round_work(run, phase, wanted, winners, sampled)
-        filler = None if sampled.all() else _first_round_work(run, phase, wanted, winners, ~sampled)
-        ok = (winners["status"] == OK) & winners["task_index"].isin(
-            run.tasks["task_index"][sampled]
-        )
+        work: Work
+        if phase is None:  # every task's first min_rollouts
+            missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
+            work = FixedWork(missing, cfg.engine.max_n)
+        else:  # exact's rounds, up to min_rollouts
+            rounds = shard_rounds(cfg, phase, run.tasks, job.journal, run.gen_key)
+            work = RoundsWork(rounds, cfg.engine.max_n)
         if heartbeat is not None:  # done/expected (at most) and the ETA are the first round's
-            heartbeat.data.update(expected=int(wanted[sampled].sum()), journaled_ok=int(ok.sum()))
+            journaled = int((winners["status"] == OK).sum())
+            heartbeat.data.update(expected=int(wanted.sum()), journaled_ok=journaled)
             heartbeat.data["gen_key"] = run.gen_key
-        sent = _sample(run, engine, work, heartbeat, filler)
+        sent = _sample(run, engine, work, heartbeat)
         winners = _first_round_winners(run, wanted)
-        mine = winners["task_index"].isin(run.tasks["task_index"][sampled])
         summary = {
             "shard": job.tag,
             "tasks": len(run.tasks),
-            "sampled": int(sampled.sum()),
             "first_round": first,
             "generated": sent,
-            "present": int(mine.sum()),
-            "ok": int((winners["status"] == OK)[mine].sum()),
-            "outside_sample_ok": int((winners["status"] == OK)[~mine].sum()),
+            "present": len(winners),
+            "ok": int((winners["status"] == OK).sum()),
         }
         if phase is None:
-            incomplete = summary["present"] != int(wanted[sampled].sum())
+            incomplete = summary["present"] != int(wanted.sum())
         else:  # the plan on the journal asks for nothing more
-            tasks = run.tasks[sampled].reset_index(drop=True)
             plan_, records = shard_plan(
-                cfg, phase, tasks, run.journal_dir, run.gen_key, run.failed_here
+                cfg, phase, run.tasks, run.journal_dir, run.gen_key, run.failed_here
             )
             incomplete = any(missing_lists(plan_, records))
         if incomplete:
             raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
         write_json_atomic(job.out, summary)
         return summary
-
-
-def _sampled(job: ShardJob, run: ShardRun) -> np.ndarray:
-    """Per task of the shard: in the prior sample (every task without job.all_tasks)."""
-    if job.all_tasks is None:
-        return np.ones(len(run.tasks), dtype=bool)
-    every = pq.read_table(job.all_tasks, columns=["task_index", "task_id", "label"]).to_pandas()
-    chosen = every["task_index"][sample_of(job.cfg, every, run.gen_key)]
-    return run.tasks["task_index"].isin(chosen).to_numpy()
-
-
-def _first_round_work(run: ShardRun, phase, wanted, winners, rows: np.ndarray) -> SubsetWork:
-    """The first round of the shard's tasks at `rows` (a mask): every missing rollout below
-    `wanted` (phase None), or exact's rounds up to min_rollouts."""
-    at = np.flatnonzero(rows)
-    tasks = run.tasks.iloc[at].reset_index(drop=True)
-    max_n = run.cfg.engine.max_n
-    if phase is None:
-        missing = missing_indices(tasks, winners[winners["status"] == OK], wanted[at])
-        return SubsetWork(FixedWork(missing, max_n), at)
-    rounds = shard_rounds(run.cfg, phase, tasks, run.journal_dir, run.gen_key)
-    return SubsetWork(RoundsWork(rounds, max_n), at)
 
 
 def _first_round_winners(run: ShardRun, wanted: np.ndarray):
@@ -207,22 +175,17 @@ def _open_shard(job: ShardJob, engine: EngineOpener, phase: str = "") -> Iterato
 
 
 def _sample(
-    run: ShardRun,
-    engine: EngineOpener,
-    work: Work,
-    heartbeat: ShardHeartbeat | None,
-    filler: Work | None = None,
+    run: ShardRun, engine: EngineOpener, work: Work, heartbeat: ShardHeartbeat | None
 ) -> int:
-    """Everything `work` asks for (and `filler` in the slots it leaves idle: dispatch.py), the
-    engine open meanwhile (nothing asked at the start: no engine); the number of rollouts
-    asked for."""
+    """Everything `work` asks for, the engine open meanwhile (nothing asked at the start:
+    no engine); the number of rollouts asked for."""
     if not work.pending:
         return 0
     interval = run.cfg.rollout.progress_interval_s
     with engine.open() as endpoint:
         progress = Progress(work.pending, run.shard_tag, interval, heartbeat=heartbeat)
         try:
-            asyncio.run(with_sigterm(run.generate(endpoint, work, progress, filler)))
+            asyncio.run(with_sigterm(run.generate(endpoint, work, progress)))
         finally:
             progress.close()
     return progress.total

@@ -79,30 +79,3 @@ class RoundsWork:
             lists = [indices]  # request_units splits one task's indices into requests
             units += [Unit(pos, u.indices) for u in request_units(lists, self._max_n)]
         return units
-
-
-class SubsetWork:
-    """Work planned on some of the shard's tasks (`rows`: their positions in the shard's table,
-    in the order of the table `work` was built on), seen by the runner in the shard's
-    positions."""
-
-    def __init__(self, work: FixedWork | RoundsWork, rows: np.ndarray):
-        self._work, self._rows = work, np.asarray(rows, dtype=np.int64)
-        self._back = {int(r): i for i, r in enumerate(self._rows.tolist())}
-
-    @property
-    def pending(self) -> int:
-        return self._work.pending
-
-    @property
-    def finished(self) -> bool:
-        return self._work.finished
-
-    def positions(self) -> list[int]:
-        return [int(self._rows[p]) for p in self._work.positions()]
-
-    def take(self) -> list[Unit]:
-        return [Unit(int(self._rows[u.pos]), u.indices) for u in self._work.take()]
-
-    def returned(self, pos: int, rollout_index: int, status: str, reward: float | None) -> None:
-        self._work.returned(self._back[pos], rollout_index, status, reward)
