@@ -30,6 +30,7 @@ from rewardprof.decisions.audit import (
 from rewardprof.decisions.keep_rules import KEEP
 from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.stop_budget import with_stop_thresholds
+from rewardprof.decisions.streaks import round_ends, streak_tests
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
 
@@ -71,7 +72,16 @@ def bayes_run(
         lbl: bool(np.isin(reward[labels[pos[ok]] == lbl], [0.0, 1.0]).all())
         for lbl in pd.unique(labels)
     }
-    priors = fit_label_priors(n, c.astype(np.int64), labels, binary)
+    # as the prior job: a label whose first round shows streaks gets the exact test
+    tests = streak_tests(
+        labels[pos[ok]],
+        pos[ok],
+        idx[ok],
+        outcomes[pos[ok], idx[ok]] >= 1,
+        round_ends(ROUND, ROUND, MIN_ROLLOUTS),
+    )
+    streaky = {lbl for lbl, t in tests.items() if t.streaky}
+    priors = fit_label_priors(n, c.astype(np.int64), labels, binary, streaky=streaky)
     sizes = {lbl: int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     priors = with_audit_shares(priors, audit_shares(sizes, audit_share), salt)
     priors = with_stop_thresholds(priors, labels, k, labels, settings, ex)

@@ -12,7 +12,8 @@ share of all tasks the replayed planner, every task unaudited, decides otherwise
 Scenarios: labels of 10, 30 and 100 tasks (the 50 % p=0 / 20 % p=1 / 30 % uniform shape,
 many independent runs pooled); one label of two pooled shapes; drift between rounds (every
 rollout after the first round has logit p + N(0, 0.5^2), one shift per task); an off-family
-label, p in {0, 0.03, 0.6}; partial credit, rewards {0, 0.5, 1} with P(0.5) = 0.2.
+label, p in {0, 0.03, 0.6}; partial credit, rewards {0, 0.5, 1} with P(0.5) = 0.2; rollouts
+in streaks (within-task Markov correlation 0.3 and 0.7: decisions/streaks.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ def _drift(rng, size):
     return np.concatenate([first[:, :4], rest[:, 4:]], axis=1)
 
 
+def _markov(rho: float):
+    """Rollouts in streaks: per task a Markov chain at its pass rate p (the mix) with lag-1
+    correlation rho (P(pass | pass before) = p + rho (1 - p), P(pass | fail) = p (1 - rho))."""
+
+    def draw(rng, size):
+        p = _mix(rng, size)
+        x = np.zeros((size, K))
+        x[:, 0] = rng.random(size) < p
+        for t in range(1, K):
+            up = np.where(x[:, t - 1] == 1, p + rho * (1 - p), p * (1 - rho))
+            x[:, t] = rng.random(size) < up
+        return x
+
+    return draw
+
+
 def _partial(rng, size):
     p = _mix(rng, size)
     rewards = _paths(rng, p)
@@ -79,6 +96,8 @@ SCENARIOS = {
         lambda rng, n: _paths(rng, rng.choice([0.0, 0.03, 0.6], n)),
     ),
     "partial credit {0, 0.5, 1}, P(0.5)=0.2": (1500, 1, 1, _partial),
+    "rollouts in streaks (Markov, lag-1 correlation 0.3)": (1000, 1, 5, _markov(0.3)),
+    "rollouts in streaks (Markov, lag-1 correlation 0.7)": (1000, 1, 5, _markov(0.7)),
 }
 
 

@@ -35,6 +35,7 @@ from rewardprof.decisions.audit import (
 )
 from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.stop_budget import with_stop_thresholds
+from rewardprof.decisions.streaks import round_ends, streak_tests
 from rewardprof.decisions.warm_start import PriorSet, prior_keys_of, warm_priors
 
 K = 16
@@ -163,7 +164,11 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int, later=mov
     _, pos0, idx0 = _loop(phase, rewards, labels)
     n = np.bincount(pos0, minlength=tasks)
     c = np.bincount(pos0, weights=rewards[pos0, idx0], minlength=tasks).astype(np.int64)
-    base = fit_label_priors(n, c, labels, {"a": True})
+    tests = streak_tests(
+        labels[pos0], pos0, idx0, rewards[pos0, idx0] >= 1, round_ends(2, 2, first)
+    )
+    streaky = {lbl for lbl, t in tests.items() if t.streaky}
+    base = fit_label_priors(n, c, labels, {"a": True}, streaky=streaky)
     base = with_audit_shares(base, audit_shares({"a": tasks}), "run")
     earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}
     warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts)

@@ -169,6 +169,9 @@ def test_bayes_agrees_with_fixed_k_on_98_percent_with_fewer_rollouts(tmp_path):
     plans = read_plans(bayes)
     agree = (plans["keep"].to_numpy() == keep_at(kit_export(), K, passes, 8)).mean()
     assert agree >= 0.98
+    # the fake engine's outcomes are independent per seed: the first round shows no streaks
+    streaks = json.loads((tmp_path / "bayes" / "prior.json").read_text())["streaks"]
+    assert streaks["m"]["split_tasks"] > 0 and not streaks["m"]["streaky"]
     # fewer rollouts, though not many fewer at this size: the audit sample (30 of 150 tasks)
     # runs to K, and 4 rollouts cannot tell a never-passing task from one passing 3 % of the
     # time, so 0/4 tasks run on (docs/adaptive.md)

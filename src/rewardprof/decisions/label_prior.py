@@ -15,7 +15,8 @@ stages/rollout/adaptive_rounds.py) and recorded, so decisions are a function of 
   different chances that a 0/n task passes later; the stopping test must hold under all of
   them (decisions/robust_stop.py).
 * stop_mode: "bayes" only for a label with 0/1 rewards (every first-round reward 0 or 1: a
-  property of the label, not of one task's prefix) and at least MIN_TASKS tasks; else
+  property of the label, not of one task's prefix), at least MIN_TASKS tasks and no streaks
+  in its first round (decisions/streaks.py: the priors assume independent rollouts); else
   "exact" (the exact test needs no prior). `source`: "label", or "pooled" for a label below
   MIN_TASKS (its profile columns use the pooled prior, flagged).
 """
@@ -195,10 +196,12 @@ def fit_label_priors(
     min_tasks: int = MIN_TASKS,
     replicates: int = BOOTSTRAP_REPLICATES,
     mixtures: dict[str, MixturePrior] | None = None,
+    streaky: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, LabelPrior]:
     """Per label: its LabelPrior from per-task first-round (n, c); `binary`: label -> every
     first-round reward of the label is 0 or 1; `mixtures`: label -> its profile-family prior
-    (for posterior keep rules), recorded alongside."""
+    (for posterior keep rules), recorded alongside; `streaky`: labels whose first round shows
+    within-task correlation (decisions/streaks.py), which get the exact test."""
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
@@ -211,7 +214,7 @@ def fit_label_priors(
         source = "pooled" if tasks < min_tasks else "label"
         fit_on = np.ones(len(n), bool) if source == "pooled" else rows
         cands = candidate_priors(n[fit_on], c[fit_on], pooled, label_seed(label), replicates)
-        mode = "bayes" if is_binary and tasks >= min_tasks else "exact"
+        mode = "bayes" if is_binary and tasks >= min_tasks and label not in streaky else "exact"
         mixture = (mixtures or {}).get(label)
         out[label] = LabelPrior(tasks, source, is_binary, mode, cands, mixture)
     return out

@@ -45,6 +45,7 @@ from rewardprof.decisions.audit import (
 from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.decisions.stop_budget import with_stop_thresholds
+from rewardprof.decisions.streaks import StreakTest, round_ends, streak_tests
 from rewardprof.decisions.task_rounds import TaskRounds
 from rewardprof.decisions.warm_start import (
     EARLIER_COLUMNS,
@@ -96,14 +97,39 @@ def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFra
     ).winners
 
 
+def _first_round_ok(cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str):
+    """The journaled ok rollouts of the first round (index below adaptive.min_rollouts)."""
+    first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
+    w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
+    return w[w["status"] == OK]
+
+
+def first_round_streaks(
+    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+) -> dict[str, StreakTest]:
+    """Per label, whether its first round shows within-task correlation (decisions/streaks.py);
+    none tested where the first round is not exact's rounds (posterior keep rules)."""
+    phase = first_round_settings(cfg)
+    if phase is None:
+        return {}
+    w = _first_round_ok(cfg, tasks, journal_dir, gen_key)
+    label = pd.Series(tasks["label"].to_numpy(dtype=object), index=tasks["task_index"])
+    passed = w["reward"].to_numpy(dtype=float) >= cfg.profile.pass_threshold
+    return streak_tests(
+        label.loc[w["task_index"]].to_numpy(),
+        w["task_index"],
+        w["rollout_index"],
+        passed,
+        round_ends(phase.first, phase.round_size, cfg.adaptive.min_rollouts),
+    )
+
+
 def first_round_counts(
     cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
 ) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
     """Per task (n, c) of the first round (rollouts below adaptive.min_rollouts), as journaled:
     ok rollouts count, failed ones do not; and label -> every first-round reward is 0 or 1."""
-    first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
-    w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
-    w = w[w["status"] == OK]
+    w = _first_round_ok(cfg, tasks, journal_dir, gen_key)
     reward = w["reward"].to_numpy(dtype=float)
     passed = reward >= cfg.profile.pass_threshold
     by_task = pd.DataFrame(
@@ -137,15 +163,20 @@ def fit_priors(
 
 
 def stopping_priors(
-    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+    cfg: Config,
+    tasks: pd.DataFrame,
+    journal_dir: Path,
+    gen_key: str,
+    streaky: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[dict[str, dict], dict | None]:
-    """Each label's LabelPrior (decisions/label_prior.py) on the first round, with the share of
-    its tasks in the audit sample (decisions/audit.py); with adaptive.warm_start, the warm keys'
-    priors too, and the warm start's record (task_id -> key, the fitted drift)."""
+    """Each label's LabelPrior (decisions/label_prior.py) on the first round (`streaky` labels:
+    the exact test, decisions/streaks.py), with the share of its tasks in the audit sample
+    (decisions/audit.py); with adaptive.warm_start, the warm keys' priors too, and the warm
+    start's record (task_id -> key, the fitted drift)."""
     n, c, binary = first_round_counts(cfg, tasks, journal_dir, gen_key)
     labels = tasks["label"].to_numpy(dtype=object)
     mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
-    fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures)
+    fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures, streaky=streaky)
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
     fitted = with_audit_shares(fitted, shares, salt=gen_key)  # warm keys inherit both
@@ -218,7 +249,10 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
         "gen_key": key,
         "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
     }
-    result["label_priors"], warm = stopping_priors(cfg, tasks, paths.need("journal"), key)
+    streaks = first_round_streaks(cfg, tasks, paths.need("journal"), key)
+    result["streaks"] = {str(lbl): test.as_dict() for lbl, test in streaks.items()}
+    streaky = {lbl for lbl, test in streaks.items() if test.streaky}
+    result["label_priors"], warm = stopping_priors(cfg, tasks, paths.need("journal"), key, streaky)
     if warm is not None:
         result["warm_start"] = warm
     write_json_atomic(paths.need("out"), result)
