@@ -171,7 +171,7 @@ def simulate(shape: str, sd: float, tasks: int, seed: int, first: int, later=mov
     base = fit_label_priors(n, c, labels, {"a": True}, streaky=streaky)
     base = with_audit_shares(base, audit_shares({"a": tasks}), "run")
     earlier_counts = {str(t): (K, int(e)) for t, e in zip(ids, earlier, strict=True)}
-    warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts)
+    warm, drift = warm_priors(ids, labels, n, c, base, earlier_counts, streaky=streaky)
     rows = [
         {
             "shape": shape,

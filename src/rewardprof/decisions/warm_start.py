@@ -240,21 +240,27 @@ def warm_priors(
     earlier: dict[str, tuple[int, int]],
     *,
     min_tasks: int = MIN_TASKS,
+    streaky: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[PriorSet, Drift | None]:
     """label_priors plus one LabelPrior per warm key, and the drift fitted on the first round.
 
     task_ids, labels, n, c: every task of the run with its first-round counts; `earlier`:
     task_id -> (n0, c0) of the earlier profile (tasks with n0 > 0). A task is warm-started when
-    it is matched and its label's rewards are 0/1. The warm keys get the bayes test when the
-    drift was fitted on at least `min_tasks` tasks (else the exact one: too few to say how far
-    the policy moved)."""
+    it is matched, its label's rewards are 0/1 and its label's first round shows no streaks
+    (`streaky`, decisions/streaks.py: no prior may stop those). The warm keys get the bayes
+    test when the drift was fitted on at least `min_tasks` tasks (else the exact one: too few
+    to say how far the policy moved)."""
     task_ids = np.asarray(task_ids, dtype=object)
     labels = np.asarray(labels, dtype=object)
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     pairs = zip(task_ids, labels, strict=True)
     matched = np.array(
-        [str(t) in earlier and bool(label_priors[lbl].binary) for t, lbl in pairs], dtype=bool
+        [
+            str(t) in earlier and bool(label_priors[lbl].binary) and lbl not in streaky
+            for t, lbl in pairs
+        ],
+        dtype=bool,
     )
     if not matched.any():
         return PriorSet(label_priors), None

@@ -117,6 +117,21 @@ def test_the_warm_prior_is_the_earlier_posterior_moved_then_mixed_with_the_label
     assert var == sorted(var) and var[0] < var[-1]
 
 
+def test_a_label_whose_first_round_shows_streaks_is_not_warm_started():
+    c0, c = _checkpoints(0.5, tasks=400)
+    labels = np.array(["a"] * 200 + ["b"] * 200, dtype=object)
+    ids = np.array([f"t{i}" for i in range(400)], dtype=object)
+    n = np.full(400, 4)
+    base = fit_label_priors(n, c, labels, {}, replicates=0, streaky={"b"})
+    assert base["b"].stop_mode == "exact" and base["a"].stop_mode == "bayes"
+    earlier = {str(t): (K, int(e)) for t, e in zip(ids, c0, strict=True)}
+    priors, _ = warm_priors(ids, labels, n, c, base, earlier, streaky={"b"})
+    keys = prior_keys_of(ids, labels, priors)
+    # b's tasks keep their label's exact test: no warm key (a bayes prior) reaches them
+    assert (keys[200:] == "b").all() and (keys[:200] != "a").all()
+    assert bayes_warm_labels(priors, ids, labels) == {"a"}
+
+
 def test_warm_priors_key_matched_tasks_and_leave_the_rest_on_their_label():
     c0, c = _checkpoints(0.5, tasks=400)
     labels = np.array(["a"] * 200 + ["b"] * 200, dtype=object)

@@ -184,7 +184,7 @@ def stopping_priors(
     if cfg.adaptive.warm_start:
         ids = tasks["task_id"].to_numpy(dtype=object)
         earlier = earlier_counts(Path(cfg.adaptive.warm_start))
-        fitted, drift = warm_priors(ids, labels, n, c, fitted, earlier)
+        fitted, drift = warm_priors(ids, labels, n, c, fitted, earlier, streaky=streaky)
         for lbl in bayes_warm_labels(fitted, ids, labels):  # audited although exact on its own
             fitted[lbl] = replace(fitted[lbl], audit_share=shares[lbl])
         warm = {
