@@ -55,7 +55,12 @@ def upper_tail(near: int, split: int) -> float:
     """P(Binomial(split, 1/2) >= near), exactly."""
     if split == 0:
         return 1.0
-    return sum(math.comb(split, i) for i in range(near, split + 1)) / 2**split
+    term = math.comb(split, near)  # C(split, i), each from the one before: O(split) products
+    total = 0
+    for i in range(near, split + 1):
+        total += term
+        term = term * (split - i) // (i + 1)
+    return total / 2**split
 
 
 def round_ends(first: int, round_size: int, last: int) -> list[int]:
@@ -72,25 +77,39 @@ def streak_tests(
 ) -> dict[str, StreakTest]:
     """Per label of `labels` (one per scored rollout, with its task_index, rollout_index and
     pass/fail), the test of the module doc; `ends`: round_ends of the first round. A task counts
-    only with rollouts 0..n-1 all scored, n the end of a round after the first, of 2 or more."""
-    frame = pd.DataFrame(
-        {
-            "label": np.asarray(labels, dtype=object),
-            "task": np.asarray(task_index, dtype=np.int64),
-            "r": np.asarray(rollout_index, dtype=np.int64),
-            "x": np.asarray(passed, dtype=bool),
-        }
-    ).sort_values(["task", "r"])
-    counts: dict[str, list[int]] = {}
-    for (label, _), g in frame.groupby(["label", "task"], sort=False):
-        x, n = g["x"].to_numpy(), len(g)
-        tally = counts.setdefault(str(label), [0, 0])
-        at = ends.index(n) if n in ends else 0
-        if not at or n - ends[at - 1] < 2 or not np.array_equal(g["r"], np.arange(n)):
-            continue
-        head, last = x[: ends[at - 1]], x[ends[at - 1] :]
-        if (head != head[0]).any() or last[0] == last[-1]:
-            continue  # a mixed prefix (not exact's rounds) or a round that is not split
-        tally[0] += 1
-        tally[1] += int(last[0] == head[0])
-    return {lbl: StreakTest(s, k, upper_tail(k, s)) for lbl, (s, k) in counts.items()}
+    only with rollouts 0..n-1 all scored, n the end of a round after the first, of 2 or more.
+    Vectorized over tasks: the prior job runs it on every task of the sweep, before any round
+    after the first can start."""
+    labels = np.asarray(labels, dtype=object)
+    r = np.asarray(rollout_index, dtype=np.int64)
+    x = np.asarray(passed, dtype=bool)
+    tasks, at_task, code = np.unique(
+        np.asarray(task_index, dtype=np.int64), return_index=True, return_inverse=True
+    )
+    n = np.bincount(code, minlength=len(tasks))
+    last_r = np.full(len(tasks), -1, dtype=np.int64)
+    np.maximum.at(last_r, code, r)
+    ends_ = np.asarray(ends, dtype=np.int64)
+    width = int(ends_[-1])
+    grid = np.full((len(tasks), width), -1, dtype=np.int8)  # -1: no scored rollout there
+    inside = r < width
+    grid[code[inside], r[inside]] = x[inside]
+    at = np.minimum(np.searchsorted(ends_, n), len(ends_) - 1)
+    prev = np.where(at > 0, ends_[at - 1], 0)
+    # n ends a round after the first, that round has 2 or more, rollouts 0..n-1 all scored
+    counted = (ends_[at] == n) & (at > 0) & (n - prev >= 2) & (last_r == n - 1)
+    a = grid[:, 0]
+    rows = np.arange(len(tasks))
+    head_mixed = ((grid != a[:, None]) & (np.arange(width)[None, :] < prev[:, None])).any(axis=1)
+    first = grid[rows, np.minimum(prev, width - 1)]
+    last = grid[rows, np.clip(n - 1, 0, width - 1)]
+    # a mixed prefix (not exact's rounds) or a round that is not split says nothing
+    split = counted & ~head_mixed & (first != last)
+    near = split & (first == a)
+    task_labels = labels[at_task]
+    out = {}
+    for label in pd.unique(task_labels):
+        mine = task_labels == label
+        s, k = int(split[mine].sum()), int(near[mine].sum())
+        out[str(label)] = StreakTest(s, k, upper_tail(k, s))
+    return out
