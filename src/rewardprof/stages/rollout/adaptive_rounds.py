@@ -97,22 +97,21 @@ def _winners(tasks: pd.DataFrame, journal_dir: Path, gen_key: str) -> pd.DataFra
     ).winners
 
 
-def _first_round_ok(cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str):
-    """The journaled ok rollouts of the first round (index below adaptive.min_rollouts)."""
+def first_round_ok(cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str):
+    """The journaled ok rollouts of the first round (index below adaptive.min_rollouts): the
+    prior job's one scan of the journal, which the counts and the streak test read."""
     first = np.minimum(cfg.adaptive.min_rollouts, tasks["num_repeats"].to_numpy(np.int64))
     w = _winners(tasks.assign(num_repeats=first), journal_dir, gen_key)
     return w[w["status"] == OK]
 
 
-def first_round_streaks(
-    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
-) -> dict[str, StreakTest]:
-    """Per label, whether its first round shows within-task correlation (decisions/streaks.py);
-    none tested where the first round is not exact's rounds (posterior keep rules)."""
+def first_round_streaks(cfg: Config, tasks: pd.DataFrame, w: pd.DataFrame) -> dict[str, StreakTest]:
+    """Per label, whether its first round (`w`: first_round_ok) shows within-task correlation
+    (decisions/streaks.py); none tested where the first round is not exact's rounds (posterior
+    keep rules)."""
     phase = first_round_settings(cfg)
     if phase is None:
         return {}
-    w = _first_round_ok(cfg, tasks, journal_dir, gen_key)
     label = pd.Series(tasks["label"].to_numpy(dtype=object), index=tasks["task_index"])
     passed = w["reward"].to_numpy(dtype=float) >= cfg.profile.pass_threshold
     return streak_tests(
@@ -125,11 +124,10 @@ def first_round_streaks(
 
 
 def first_round_counts(
-    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
+    cfg: Config, tasks: pd.DataFrame, w: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
-    """Per task (n, c) of the first round (rollouts below adaptive.min_rollouts), as journaled:
-    ok rollouts count, failed ones do not; and label -> every first-round reward is 0 or 1."""
-    w = _first_round_ok(cfg, tasks, journal_dir, gen_key)
+    """Per task (n, c) of the first round (`w`: first_round_ok): ok rollouts count, failed ones
+    do not; and label -> every first-round reward is 0 or 1."""
     reward = w["reward"].to_numpy(dtype=float)
     passed = reward >= cfg.profile.pass_threshold
     by_task = pd.DataFrame(
@@ -150,32 +148,21 @@ def first_round_counts(
     return n, counts["sum"].fillna(0).to_numpy(np.int64), by_label
 
 
-def fit_priors(
-    cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key: str
-) -> dict[str, dict[str, float | int]]:
-    """Each label's profile-family prior (decisions/posterior.py) on the first round."""
-    n, c, _ = first_round_counts(cfg, tasks, journal_dir, gen_key)
-    labels = tasks["label"].to_numpy(dtype=object)
-    return {
-        label: fit_prior(n[labels == label], c[labels == label]).as_dict()
-        for label in pd.unique(labels)
-    }
-
-
 def stopping_priors(
     cfg: Config,
     tasks: pd.DataFrame,
-    journal_dir: Path,
+    counts: tuple[np.ndarray, np.ndarray, dict[str, bool]],
+    mixtures: dict[str, MixturePrior],
     gen_key: str,
     streaky: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[dict[str, dict], dict | None]:
-    """Each label's LabelPrior (decisions/label_prior.py) on the first round (`streaky` labels:
-    the exact test, decisions/streaks.py), with the share of its tasks in the audit sample
-    (decisions/audit.py); with adaptive.warm_start, the warm keys' priors too, and the warm
-    start's record (task_id -> key, the fitted drift)."""
-    n, c, binary = first_round_counts(cfg, tasks, journal_dir, gen_key)
+    """Each label's LabelPrior (decisions/label_prior.py) on the first round (`counts`:
+    first_round_counts; `mixtures`: each label's profile-family prior on them; `streaky`
+    labels: the exact test, decisions/streaks.py), with the share of its tasks in the audit
+    sample (decisions/audit.py); with adaptive.warm_start, the warm keys' priors too, and the
+    warm start's record (task_id -> key, the fitted drift)."""
+    n, c, binary = counts
     labels = tasks["label"].to_numpy(dtype=object)
-    mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
     fitted = fit_label_priors(n, c, labels, binary, mixtures=mixtures, streaky=streaky)
     sizes = {str(lbl): int((labels == lbl).sum()) for lbl in pd.unique(labels)}
     shares = audit_shares(sizes, cfg.adaptive.audit_share, cfg.adaptive.audit_min_tasks)
@@ -244,15 +231,22 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
         paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
     ).to_pandas()
     key = gen_key(cfg, cfg.model_name)
+    first = first_round_ok(cfg, tasks, paths.need("journal"), key)
+    counts = first_round_counts(cfg, tasks, first)
+    n, c, _ = counts
+    labels = tasks["label"].to_numpy(dtype=object)
+    # each label's profile-family prior (decisions/posterior.py): recorded, and kept with its
+    # LabelPrior for the posterior keep rules
+    mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
+    streaks = first_round_streaks(cfg, tasks, first)
     result = {
         "min_rollouts": cfg.adaptive.min_rollouts,
         "gen_key": key,
-        "labels": fit_priors(cfg, tasks, paths.need("journal"), key),
+        "labels": {lbl: m.as_dict() for lbl, m in mixtures.items()},
+        "streaks": {str(lbl): test.as_dict() for lbl, test in streaks.items()},
     }
-    streaks = first_round_streaks(cfg, tasks, paths.need("journal"), key)
-    result["streaks"] = {str(lbl): test.as_dict() for lbl, test in streaks.items()}
     streaky = {lbl for lbl, test in streaks.items() if test.streaky}
-    result["label_priors"], warm = stopping_priors(cfg, tasks, paths.need("journal"), key, streaky)
+    result["label_priors"], warm = stopping_priors(cfg, tasks, counts, mixtures, key, streaky)
     if warm is not None:
         result["warm_start"] = warm
     write_json_atomic(paths.need("out"), result)
