@@ -28,7 +28,7 @@ import pytest
 from harness import shardkit as kit
 from helpers import require_piece
 
-from rewardprof.environments.sandbox_cleanup import PREFIX, UID_BASE, runs, start_time
+from rewardprof.environments.sandbox.cleanup import PREFIX, UID_BASE, runs, start_time
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
 from rewardprof.testing.fake_server import FakeOpenAI

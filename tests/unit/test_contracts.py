@@ -23,7 +23,7 @@ SHARED = {
 # programs the sandbox or the code harness runs (each reads its argv and pipes when
 # imported), not modules
 NOT_MODULES = {
-    "rewardprof.environments._sandbox_launcher",
+    "rewardprof.environments.sandbox._launcher",
     "rewardprof.environments._sandbox_runner",
     "rewardprof.environments._code_judge",
     # a script the engine interpreter runs as a file: it imports torch, which the core lacks

@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rewardprof.environments import sandbox_cleanup, sandbox_memory
 from rewardprof.environments._code_remote import ProgramClient, ProgramRaised, Unjudgeable
 from rewardprof.environments._code_wire import Channel, ChannelClosed, WireViolation
 from rewardprof.environments.code_asserts import judge_values, value_plan
@@ -37,11 +36,13 @@ from rewardprof.environments.sandbox import (
     RunResult,
     SandboxError,
     choose_mechanism,
+    cleanup,
     kill_uid,
+    memory,
     run_program,
     sandbox_python,
 )
-from rewardprof.environments.sandbox_bwrap import bwrap_works
+from rewardprof.environments.sandbox.bwrap import bwrap_works
 
 log = logging.getLogger("rewardprof.environments.code")
 _HERE = Path(__file__).parent
@@ -262,19 +263,19 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
 
 def prepare(limits: Limits) -> str:
     """Once per worker: bind it to its rollout job and sweep what killed jobs left
-    (sandbox_cleanup, sandbox_memory); then the mechanism to use (bubblewrap's probe is
+    (sandbox.cleanup, sandbox.memory); then the mechanism to use (bubblewrap's probe is
     cached), said in the job's log with how memory_mb is enforced."""
-    first = not sandbox_cleanup.swept()
-    sandbox_cleanup.prepare_worker(kill_uid)
+    first = not cleanup.swept()
+    cleanup.prepare_worker(kill_uid)
     mechanism = choose_mechanism(limits)
     if first:
-        sandbox_memory.sweep_stale()
-        memory = (
+        memory.sweep_stale()
+        enforced = (
             "one memory cgroup per sandbox"
-            if sandbox_memory.available()
+            if memory.available()
             else "per process (RLIMIT_AS): no writable cgroup v1 memory controller"
         )
-        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, memory)
+        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, enforced)
     return mechanism
 
 
@@ -295,7 +296,7 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
         if (mechanism == "launcher" and limits.sandbox == "auto")
         else None
     )
-    root = sandbox_cleanup.scratch_root()
+    root = cleanup.scratch_root()
     try:
         for i, test in enumerate(tests):
             workdir = root / str(i)

@@ -17,7 +17,7 @@ from rewardprof.environments._code_wire import Channel, WireViolation
 from rewardprof.environments.code_asserts import value_plan
 from rewardprof.environments.code_harness import clean_text
 from rewardprof.environments.code_names import task_names
-from rewardprof.environments.sandbox_memory import MemoryCgroup
+from rewardprof.environments.sandbox.memory import MemoryCgroup
 
 
 class Flip(int):
