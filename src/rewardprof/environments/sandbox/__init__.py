@@ -1,4 +1,4 @@
-"""Run one untrusted Python program once, contained; the test logic is in code_harness.py.
+"""Run one untrusted Python program once, contained (the code tests: code/harness.py).
 
 Two mechanisms, named in every result's `sandbox["mechanism"]`:
 - `bubblewrap` (preferred; Debian package `bubblewrap`): the program sees only /usr, the
