@@ -5,7 +5,7 @@ where it works), in NeMo Gym's interpreter (few builtins; numpy, scipy and panda
 scipy and pd; the value of a bare last line as `result`), and answers as its resource server
 does: `{"success", "stdout", "stderr", "error_message", "result"}`. One interpreter state per
 episode: each call runs in a fresh sandbox that first runs the episode's earlier cells again,
-their output discarded (_python_tool_session.py), so a killed job or a resumed episode has
+their output discarded (_python_session.py), so a killed job or a resumed episode has
 nothing left running, and two episodes never share a variable. The reward is 1 when the last
 `\\boxed{...}` of the assistant's messages (searched from the last one back), else of the tool
 outputs' stdout, equals `expected_result` after NeMo Gym's normalization (outer `\\( \\)`, `$ $`,
@@ -31,7 +31,7 @@ from rewardprof.environments.base import Verdict, VerifyContext
 from rewardprof.environments.options import EpisodeOptions
 from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_program
 
-SESSION = (Path(__file__).parent / "_python_tool_session.py").read_text()
+SESSION = (Path(__file__).parent / "_python_session.py").read_text()
 READY = "ready\n"  # the session's first line, once numpy, scipy and pandas are loaded
 ANSWER_KEYS = {"stdout", "stderr", "result", "error_message"}
 _NUMERIC_CHARS = 4300  # longer strings are not compared as numbers (float() is not linear)

@@ -2,7 +2,7 @@
 
 `stateful_python_code_exec(code)` runs the model's code in the code environment's sandbox
 (bubblewrap where it works) in an IPython shell as NeMo Skills' sandbox runs it
-(_ns_python_session.py), and answers as NeMo Skills' `DirectPythonTool` does: the cell's
+(_ipython_session.py), and answers as NeMo Skills' `DirectPythonTool` does: the cell's
 stdout then stderr as plain text, its traceback plain with the `File <ipython-...>` lines and
 the `Out[n]:` prompts removed, each stream cut at `max_output_characters` with `<output cut>`,
 one trailing newline dropped. Past `exec_timeout_s` the cell is interrupted (its
@@ -41,7 +41,7 @@ from rewardprof.environments.base import RowError, Verdict, VerifyContext
 from rewardprof.environments.options import EpisodeOptions, JudgeOptions
 from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_program
 
-SESSION = (Path(__file__).parent / "_ns_python_session.py").read_text()
+SESSION = (Path(__file__).parent / "_ipython_session.py").read_text()
 TOOL = "stateful_python_code_exec"
 GRACE_S = 0.5  # NeMo Skills' wait between its SIGINT and killing the shell
 # NeMo Skills' words when a session was lost and is not restored (its sandbox.py)
