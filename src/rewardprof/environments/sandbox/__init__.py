@@ -29,6 +29,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -328,4 +329,28 @@ def run_program(
     return _result(status, proc, timed_out, wall, workdir, limits.max_output_bytes), talk
 
 
-__all__ = ["Limits", "RunResult", "SandboxError", "choose_mechanism", "kill_uid", "run_program"]
+def run_tool_call(
+    program: str, request: dict[str, Any], limits: Limits, scratch_prefix: str
+) -> RunResult:
+    """One call of a tool whose program runs in a fresh sandbox (the Python tools of
+    math_with_code and ns_tools): `request` as JSON on its stdin, with the directories it may
+    import from (`limits.packages`) at their real paths, where bubblewrap binds them."""
+    mechanism = choose_mechanism(limits)
+    request = {**request, "packages": [os.path.realpath(p) for p in limits.packages]}
+    workdir = Path(tempfile.mkdtemp(prefix=scratch_prefix))
+    try:
+        result, _ = run_program(program, json.dumps(request), limits, workdir, mechanism)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+__all__ = [
+    "Limits",
+    "RunResult",
+    "SandboxError",
+    "choose_mechanism",
+    "kill_uid",
+    "run_program",
+    "run_tool_call",
+]
