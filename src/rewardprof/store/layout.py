@@ -19,6 +19,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rewardprof.store.shards import parse_shard_name, shard_name
@@ -157,3 +158,35 @@ class RunLayout:
 
     def shard_benchmark(self, stage: str, i: int | str, n: int | str | None = None) -> Path:
         return self.shard_benchmarks_dir(stage) / shard_name(i, self._n(n), "tsv")
+
+
+def current_num_shards(layout: RunLayout) -> int | None:
+    """The shard count the run directory is at: the layout written last (None when no file
+    names one). Every file that names a layout counts, at its modification time: the rollout
+    jobs' heartbeats, the shard files, the shard outputs, and the merge report (the layout of
+    the shards it merged, when they are of one).
+
+    Written last, not the merge report's first, because a reshard (or a rerun at another N)
+    writes its shard files and heartbeats while an older layout's files and merge report are
+    still there: `rewardprof status` must show the layout under way, and `rewardprof check`
+    checks the layout the directory is being built at. Once merged, the merge report is the
+    newest file and names the merged layout; with files of one layout, it is that one whatever
+    the times. `rewardprof check` used to prefer the merge report and to refuse several layouts
+    without one; `rewardprof status` did not count the outputs or the merge report."""
+    written: dict[int, float] = {}  # shard count -> its newest file's mtime
+    for directory, suffix in (
+        (layout.shard_status(0, 1).parent, "json"),
+        (layout.shards_dir, "parquet"),
+        (layout.rollouts_dir, "parquet"),
+    ):
+        if directory.is_dir():
+            for p in directory.iterdir():
+                if parsed := parse_shard_name(p.name, suffix):
+                    written[parsed[1]] = max(written.get(parsed[1], 0.0), p.stat().st_mtime)
+    if layout.merge_report.exists():
+        merged = json.loads(layout.merge_report.read_text()).get("shards") or []
+        ns = {parsed[1] for s in merged if (parsed := parse_shard_name(Path(s).name))}
+        if len(ns) == 1:
+            n = ns.pop()
+            written[n] = max(written.get(n, 0.0), layout.merge_report.stat().st_mtime)
+    return max(written, key=written.__getitem__) if written else None

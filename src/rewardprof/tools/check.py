@@ -30,36 +30,21 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import RunLayout, current_num_shards
 from rewardprof.store.plans import read_plans
-from rewardprof.store.shards import parse_shard_name, shard_of
+from rewardprof.store.shards import shard_of
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.check_episodes import check_episodes
 
 
-def _shard_counts(directory: Path) -> set[int]:
-    """The shard counts n of the <i>-of-<n>.parquet files in a directory."""
-    if not directory.is_dir():
-        return set()
-    return {parsed[1] for p in directory.iterdir() if (parsed := parse_shard_name(p.name))}
-
-
 def _num_shards(layout: RunLayout, given: int | None, problems: list[str]) -> int | None:
-    if given:
-        return given
-    if layout.merge_report.exists():
-        shards = json.loads(layout.merge_report.read_text()).get("shards") or []
-        ns = {parsed[1] for s in shards if (parsed := parse_shard_name(Path(s).name))}
-        if len(ns) == 1:
-            return ns.pop()
-    found = sorted(_shard_counts(layout.rollouts_dir) | _shard_counts(layout.shards_dir))
-    if len(found) == 1:
-        return found[0]
-    problems.append(
-        f"{layout.root}: cannot tell the shard count (layouts found: {found or 'none'}); "
-        f"pass --num-shards"
-    )
-    return None
+    """The shard count to check: given, else the layout written last (store/layout.py)."""
+    n = given or current_num_shards(layout)
+    if n is None:
+        problems.append(
+            f"{layout.root}: cannot tell the shard count (layouts found: none); pass --num-shards"
+        )
+    return n
 
 
 def _keys(path: Path, cols: list[str]) -> dict[str, np.ndarray]:
@@ -318,4 +303,4 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof check` (the command table is in rewardprof.cli)."""
-    add_run_dir_arguments(p, "shard layout to check (default: from merge_report.json / file names)")
+    add_run_dir_arguments(p, "shard layout to check (default: the one written last)")

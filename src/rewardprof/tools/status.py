@@ -31,16 +31,15 @@ from rewardprof.stages.rollout.heartbeat import (
     FIRST_ROUND_DONE,
     FIRST_ROUND_PHASE,
     eta_text,
-    heartbeat_layouts,
     is_live,
     rates,
     read_heartbeats,
 )
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalScan, scan_journal
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import RunLayout, current_num_shards
 from rewardprof.store.plans import read_plans
-from rewardprof.store.shards import parse_shard_name, shard_of, shard_tag
+from rewardprof.store.shards import shard_of, shard_tag
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.status_eta import duration_text, run_eta_s, startup_s, state_elapsed
 
@@ -50,21 +49,15 @@ class StatusError(RewardprofError):
 
 
 def _num_shards(layout: RunLayout, given: int | None) -> int:
-    """The shard layout to report: given, else the one whose shard files or heartbeats were
-    written last (a reshard writes new shard files before its jobs start)."""
-    if given:
-        return given
-    found = heartbeat_layouts(layout)
-    if layout.shards_dir.is_dir():
-        for p in layout.shards_dir.iterdir():
-            if parsed := parse_shard_name(p.name):
-                found[parsed[1]] = max(found.get(parsed[1], 0.0), p.stat().st_mtime)
-    if not found:
+    """The shard layout to report: given, else the one written last (store/layout.py: a
+    reshard writes new shard files before its jobs start)."""
+    n = given or current_num_shards(layout)
+    if n is None:
         raise StatusError(
             f"{layout.shards_dir}: no shard files yet (materialize and shard have not run); "
             f"nothing to report"
         )
-    return max(found, key=found.__getitem__)
+    return n
 
 
 def _shard_tasks(layout: RunLayout, n: int) -> pd.DataFrame:
@@ -340,7 +333,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof status` (the command table is in rewardprof.cli)."""
-    add_run_dir_arguments(p, "shard layout to report (default: the one the newest rollout job ran)")
+    add_run_dir_arguments(p, "shard layout to report (default: the one written last)")
     p.add_argument(
         "--watch",
         type=float,
