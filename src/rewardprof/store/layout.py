@@ -190,3 +190,48 @@ def current_num_shards(layout: RunLayout) -> int | None:
             n = ns.pop()
             written[n] = max(written.get(n, 0.0), layout.merge_report.stat().st_mtime)
     return max(written, key=written.__getitem__) if written else None
+
+
+class FleetLayout:
+    """fleet/ of a run directory: the files of its shared engine fleet. `rewardprof fleet`
+    (tools/fleet.py) builds it and hands it to the fleet it serves (engine/fleet.py takes it as
+    its `FleetFiles`: the engine names no file of a run directory)."""
+
+    def __init__(self, run: RunLayout):
+        self.dir = directory = run.root / "fleet"
+        # the published replicas, {"endpoints": [...]}: rollout jobs' engine.endpoints_file
+        self.endpoints = directory / "endpoints.json"
+        self.state = directory / "fleet.json"  # how it was started: pid or Slurm job id
+        self.stop = directory / "stop"  # every fleet process stops when it sees it
+        self.replicas = directory / "replicas"
+        self.log = directory / "fleet.log"  # launcher local: the fleet process's output
+        self.sbatch_script = directory / "fleet.sbatch"  # launcher slurm: the fleet's job
+
+    def replica(self, i: int) -> Path:
+        """replicas/<i>.json: replica i's URL and state, written by its keeper."""
+        return self.replicas / f"{i}.json"
+
+    def replica_log(self, i: int | str) -> Path:
+        """replica-<i>.log: replica i's server log (i="*": the pattern of them all)."""
+        return self.dir / f"replica-{i}.log"
+
+    def slurm_log(self, job: str) -> Path:
+        """slurm-<job>.log: the fleet job's log (job="%j": sbatch's pattern for it)."""
+        return self.dir / f"slurm-{job}.log"
+
+
+class GrpoStepLayout:
+    """What `rewardprof grpo-step RUN_DIR` writes into a run directory (train/step.py,
+    train/refit.py, docs/training.md)."""
+
+    def __init__(self, run: RunLayout):
+        self.result = run.root / "grpo_step.json"  # the step's numbers
+        self.dir = run.root / "grpo_step"
+        self.model = self.dir / "model"  # --serve: the stepped weights the engine refits on
+        self.refit_config = self.dir / "refit.yaml"  # the run's config on the stepped policy
+        self.engine_logs = run.log("grpo_step").with_suffix("")  # logs/grpo_step/
+
+    def engine_log(self, weights: str) -> Path:
+        """logs/grpo_step/engine-<weights>.log: the engine serving the weights before or after
+        the step."""
+        return self.engine_logs / f"engine-{weights}.log"

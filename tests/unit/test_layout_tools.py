@@ -1,12 +1,14 @@
-"""The shard count `rewardprof check` and `rewardprof status` read a run directory at
-(store/layout.py `current_num_shards`): the layout written last, the merge report included."""
+"""What store/layout.py names for the tools around a run: the shard count `rewardprof check`
+and `rewardprof status` read a run directory at (`current_num_shards`: the layout written last,
+the merge report included), the fleet's files and grpo-step's."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from rewardprof.store.layout import RunLayout, current_num_shards
+from rewardprof.engine.fleet import FleetFiles
+from rewardprof.store.layout import FleetLayout, GrpoStepLayout, RunLayout, current_num_shards
 
 
 def _touch(path, mtime: float, text: str = "") -> None:
@@ -63,3 +65,40 @@ def test_a_merge_report_of_mixed_layouts_names_none(tmp_path):
     shards = [str(layout.shard_rollouts(0, 2)), str(layout.shard_rollouts(0, 3))]
     _touch(layout.merge_report, 200.0, json.dumps({"shards": shards}))
     assert current_num_shards(layout) == 2
+
+
+def test_the_fleets_files_are_named_by_the_run_layout(tmp_path):
+    """store/layout.py names fleet/'s files; the engine's fleet takes them as its FleetFiles."""
+    fleet = FleetLayout(RunLayout("results/x"))
+    names = {
+        "endpoints": fleet.endpoints,
+        "state": fleet.state,
+        "stop": fleet.stop,
+        "log": fleet.log,
+        "sbatch": fleet.sbatch_script,
+        "replica": fleet.replica(2),
+        "replica_log": fleet.replica_log(2),
+        "slurm_log": fleet.slurm_log("%j"),
+    }
+    assert {k: str(v) for k, v in names.items()} == {
+        "endpoints": "results/x/fleet/endpoints.json",
+        "state": "results/x/fleet/fleet.json",
+        "stop": "results/x/fleet/stop",
+        "log": "results/x/fleet/fleet.log",
+        "sbatch": "results/x/fleet/fleet.sbatch",
+        "replica": "results/x/fleet/replicas/2.json",
+        "replica_log": "results/x/fleet/replica-2.log",
+        "slurm_log": "results/x/fleet/slurm-%j.log",
+    }
+    assert isinstance(fleet, FleetFiles)  # structurally: the engine imports nothing of store
+
+
+def test_grpo_steps_files_are_named_by_the_run_layout():
+    step = GrpoStepLayout(RunLayout("results/x"))
+    names = [step.result, step.model, step.refit_config, step.engine_log("before")]
+    assert [str(p) for p in names] == [
+        "results/x/grpo_step.json",
+        "results/x/grpo_step/model",
+        "results/x/grpo_step/refit.yaml",
+        "results/x/logs/grpo_step/engine-before.log",
+    ]
