@@ -35,13 +35,13 @@ class CompletionSampler:
         )
         got = {c.index: c for c in result.choices}
         for j, r in enumerate(unit.indices):
+            rollout = records.rollout(request, r, prompt.seed(r))
             choice = got.get(j)
             if choice is None:
                 kind = result.failure or FailureKind.ENGINE_ERROR
-                keep(records.failed(request, r, prompt.seed(r), kind, result.detail))
+                keep(records.failed(rollout, kind, result.detail))
                 continue
             t0 = time.monotonic()
             verdict = await verify(self._env, prompt.row, choice.text, tools.verify_ctx)
-            verify_s = time.monotonic() - t0
-            keep(records.sampled(request, r, prompt.seed(r), choice, verdict, verify_s))
+            keep(records.sampled(rollout, choice, verdict, time.monotonic() - t0))
         return result.detail

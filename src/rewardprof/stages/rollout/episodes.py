@@ -136,5 +136,6 @@ class EpisodeSampler:
             unit.pos, attempt=1, request_n=1, started_at=started, latency_s=time.time() - started
         )
         for r, fields in zip(unit.indices, done, strict=True):
-            keep(tools.records.episode(request, r, prompt.seed(r), fields))
+            rollout = tools.records.rollout(request, r, prompt.seed(r))
+            keep(tools.records.episode(rollout, fields))
         return None  # each turn's error is in its episode's record

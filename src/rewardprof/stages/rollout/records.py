@@ -58,46 +58,38 @@ class RecordAssembly:
         }
 
     @staticmethod
+    def rollout(request: dict[str, Any], r: int, seed: int) -> dict[str, Any]:
+        """Rollout `r` of a request, sampled with `seed`: what its record starts with."""
+        return dict(request, rollout_index=r, seed=seed)
+
+    @staticmethod
     def sampled(
-        request: dict[str, Any],
-        r: int,
-        seed: int,
-        choice: Choice,
-        verdict: Verdict,
-        verify_s: float,
+        rollout: dict[str, Any], choice: Choice, verdict: Verdict, verify_s: float
     ) -> dict[str, Any]:
-        """Rollout `r`: the engine's sample and its verdict."""
-        return dict(
-            request,
-            rollout_index=r,
-            seed=seed,
-            status=verdict.status,
-            reward=verdict.reward,
-            error=verdict.detail,
-            finish_reason=choice.finish_reason,
-            completion=choice.text,
-            completion_tokens=choice.completion_tokens,
-            completion_tokens_source=choice.tokens_source,
-            extras=json.dumps(verdict.extras, ensure_ascii=False, default=str),
-            verify_s=verify_s,
-            finished_at=time.time(),
-        )
+        """The record of a rollout the engine sampled and the verifier judged."""
+        return {
+            **rollout,
+            "status": verdict.status,
+            "reward": verdict.reward,
+            "error": verdict.detail,
+            "finish_reason": choice.finish_reason,
+            "completion": choice.text,
+            "completion_tokens": choice.completion_tokens,
+            "completion_tokens_source": choice.tokens_source,
+            "extras": json.dumps(verdict.extras, ensure_ascii=False, default=str),
+            "verify_s": verify_s,
+            "finished_at": time.time(),
+        }
 
     @staticmethod
-    def failed(
-        request: dict[str, Any], r: int, seed: int, kind: str, detail: str | None
-    ) -> dict[str, Any]:
-        """Rollout `r`: no sample, a failure of `kind`."""
-        return dict(
-            request, rollout_index=r, seed=seed, status=kind, error=detail, finished_at=time.time()
-        )
+    def failed(rollout: dict[str, Any], kind: str, detail: str | None) -> dict[str, Any]:
+        """The record of a rollout without a sample: a failure of `kind`."""
+        return dict(rollout, status=kind, error=detail, finished_at=time.time())
 
     @staticmethod
-    def episode(
-        request: dict[str, Any], r: int, seed: int, fields: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Rollout `r`: an episode's fields (episodes.episode_fields)."""
-        return dict(request, rollout_index=r, seed=seed, **fields)
+    def episode(rollout: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        """The record of a rollout that is an episode (episodes.episode_fields)."""
+        return {**rollout, **fields}
 
 
 class Returned(Protocol):

@@ -1,12 +1,11 @@
 """rollout: generate and verify the rollouts a shard's work asks for (work.py).
 
-`ShardRun` is a shard's run: its tasks, their environments, the generation's key and the
-journal writer's id, what this job counted. `generate` puts the parts together for the engine
-the job opened: the requests (request_bodies.py) go out through the engine's link
-(engine_link.py) from a pool of workers (sampling_loop.py), each unit sampled by its
-environment's kind of sampler (sampling.py: a completion or an episode), and every finished
-rollout goes to the journal before anything else happens to it (records.py; shard_job.py writes
-the output from the journal once every (task_index, rollout_index) is ok or failed for good).
+`ShardRun.generate` puts the parts together for the engine the job opened: the requests
+(request_bodies.py) go out through the engine's link (engine_link.py) from a pool of workers
+(sampling_loop.py), each unit sampled by its environment's kind of sampler (sampling.py: a
+completion or an episode), and every finished rollout goes to the journal before anything else
+happens to it (records.py; shard_job.py writes the output from the journal once every
+(task_index, rollout_index) is ok or failed for good).
 """
 
 from __future__ import annotations
@@ -52,6 +51,10 @@ _WRITER_SEQ = itertools.count()
 
 
 class ShardRun:
+    """A shard's run: its tasks and their environments, the generation's key (which journal
+    records count), this job's writer id, and what this job sampled (`counts` by status,
+    `failed_here`); `missing` reads the journal, `generate` samples a work's units."""
+
     def __init__(
         self,
         cfg: Config,
