@@ -37,18 +37,18 @@ from rewardprof.environments import Environment, VerifyContext, make_environment
 from rewardprof.environments.acting import ActingEnvironment
 from rewardprof.stages.rollout.episodes import engine_chat, episode_fields
 from rewardprof.stages.rollout.progress import Progress
-from rewardprof.stages.rollout.seeds import (
-    gen_key,
-    legacy_gen_key,
-    task_seed,
-    wants_token_ids,
-)
 from rewardprof.stages.rollout.shard_tasks import Unit, missing_indices, read_text
 from rewardprof.stages.rollout.verifying import make_pool, verify, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.record import journal_record
+from rewardprof.store.seeds import (
+    gen_key,
+    legacy_gen_key,
+    task_seed,
+    wants_token_ids,
+)
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
