@@ -213,13 +213,14 @@ class ReportPaths:
     profile: Path = field(metadata=arg("the profile's tasks table (RunLayout.profile_tasks)"))
     summary: Path = field(metadata=arg("the profile's summary (RunLayout.profile_summary)"))
     out: Path = field(metadata=arg("output directory"))
+    run_dir: RunLayout = field(metadata=arg("the run directory (the front page's summary)"))
     export_report: Path | None = _optional("the export's report (optional)")
 
     @classmethod
     def from_layout(cls, layout: RunLayout) -> ReportPaths:
         return cls(
             profile=layout.profile_tasks, summary=layout.profile_summary,
-            out=layout.report_dir, export_report=layout.export_report,
+            out=layout.report_dir, run_dir=layout, export_report=layout.export_report,
         )  # fmt: skip
 
 

@@ -296,10 +296,9 @@ def run(cfg: Config | None, paths: ReportPaths) -> ReportReport:
         ]
         _write_csv(file["export"], cols, rows)
         written.append(file["export"])
-    # the run's directory: out is <run>/report (the report rule's output directory)
     plots = [(file["hist"], "Pass rate per label"), (file["failures"], "Failures and truncation")]
     plots.append((file["tokens"], "Output tokens vs pass rate"))
     with atomic_path(file["front_page"]) as tmp:
-        tmp.write_text(front_page(out.parent, plots))
+        tmp.write_text(front_page(paths.run_dir.root, plots))
     written.append(file["front_page"])
     return {"written": [str(p) for p in written]}
