@@ -138,6 +138,68 @@ def test_stage_arguments_come_from_the_paths_fields(command, paths, tmp_path):
         assert got.shards == (Path("a"), Path("b")) and got.report == Path("r")
 
 
+COMMAND_OF = {
+    "materialize": "materialize",
+    "shard": "shard",
+    "rollout": "rollout",
+    "rollout.first_round": "adaptive-first-round",
+    "adaptive.prior": "adaptive-prior",
+    "merge": "merge",
+    "adaptive.audit": "adaptive-audit",
+    "adaptive.savings": "adaptive-savings",
+    "profile": "profile",
+    "export": "export",
+    "report": "report",
+}
+
+
+def _as_text(value) -> str:
+    """A path-like field's value as the rule writes it (a RunLayout, a files object: its dir)."""
+    return str(getattr(value, "root", None) or getattr(value, "dir", None) or value)
+
+
+def _command_line(paths) -> list[str]:
+    """The arguments a rule passes for `paths` (the fields' flags, as the rules spell them)."""
+    from rewardprof.store.shards import ShardPosition
+
+    words: list[str] = []
+    for f in dataclasses.fields(paths):
+        value = getattr(paths, f.name)
+        if not f.metadata["cli"] or value is None:
+            continue
+        if isinstance(value, ShardPosition):
+            words += ["--shard", str(value.index), "--num-shards", str(value.count)]
+        elif f.metadata["positional"]:
+            words += [str(v) for v in value]
+        else:
+            words += ["--" + f.name.replace("_", "-"), _as_text(value)]
+    return words
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_each_stage_command_takes_its_paths_from_the_layout_back(name):
+    """Paths from RunLayout -> the command line the rules write -> the same paths: the CLI's
+    arguments are the paths class's fields, every one of them."""
+    from rewardprof.stages import paths_from
+    from rewardprof.store.layout import RunLayout
+    from rewardprof.store.shards import ShardPosition
+
+    stage = importlib.import_module(f"rewardprof.stages.{name}")
+    paths_class = typing.get_type_hints(stage.run)["paths"]
+    layout = RunLayout("results/r", 2)
+    wants = inspect.signature(paths_class.from_layout).parameters
+    extra = {"shard": ShardPosition(1, 2)} if "shard" in wants else {}
+    extra |= {k: True for k in ("bayes", "adaptive") if k in wants}
+    paths = paths_class.from_layout(layout, **extra)
+    command = COMMAND_OF[name]
+    config = [] if name in ("shard", "merge", "adaptive.savings", "report") else ["--config", "c"]
+    args = cli.build_parser(command).parse_args([command, *config, *_command_line(paths)])
+    back = paths_from(paths_class, args)
+    for f in dataclasses.fields(paths_class):
+        if f.metadata["cli"]:
+            assert _as_text(getattr(back, f.name)) == _as_text(getattr(paths, f.name)), f.name
+
+
 def test_the_command_table_is_the_only_list_of_subcommands():
     names = [c.name for c in cli.COMMANDS]
     assert len(names) == len(set(names))
