@@ -82,6 +82,8 @@ def rollout_job(layout: RunLayout, config: Path, i: int, log: Path) -> subproces
             str(i),
             "--num-shards",
             str(layout.num_shards),
+            "--run-dir",  # its heartbeat and the run's line, as the rule passes it
+            str(layout.root),
         ],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),
