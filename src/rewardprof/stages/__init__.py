@@ -31,11 +31,13 @@ def arg(text: str, *, positional: bool = False, cli: bool = True) -> dict[str, A
     return {"help": text, "positional": positional, "cli": cli}
 
 
-def _paths(text: str) -> Any:
+def _positional_paths(text: str) -> Any:
+    """A field of several paths the command takes as words (none by default)."""
     return field(default=(), metadata=arg(text, positional=True))
 
 
-def _optional(text: str) -> Any:
+def _optional_path(text: str) -> Any:
+    """A field the stage runs without (None: not given)."""
     return field(default=None, metadata=arg(text))
 
 
@@ -71,8 +73,8 @@ class FirstRoundPaths:
     journal: Path = field(metadata=arg("journal directory (shared by all shards)"))
     out: Path = field(metadata=arg("the shard's first-round summary to write (JSON)"))
     shard: ShardPosition = field(metadata=arg("this shard: --shard i --num-shards N"))
-    engine_log: Path | None = _optional("where serve mode writes the server log")
-    run_dir: RunLayout | None = _optional(
+    engine_log: Path | None = _optional_path("where serve mode writes the server log")
+    run_dir: RunLayout | None = _optional_path(
         "the run directory: this job's heartbeat and the run's progress line (none: no heartbeat)"
     )
 
@@ -94,9 +96,9 @@ class RolloutPaths:
     journal: Path = field(metadata=arg("journal directory (shared by all shards)"))
     out: Path = field(metadata=arg("the shard's rollouts to write (Parquet)"))
     shard: ShardPosition = field(metadata=arg("this shard: --shard i --num-shards N"))
-    engine_log: Path | None = _optional("where serve mode writes the server log")
-    prior: Path | None = _optional("adaptive bayes: the labels' fitted priors")
-    run_dir: RunLayout | None = _optional(
+    engine_log: Path | None = _optional_path("where serve mode writes the server log")
+    prior: Path | None = _optional_path("adaptive bayes: the labels' fitted priors")
+    run_dir: RunLayout | None = _optional_path(
         "the run directory: this job's heartbeat and the run's progress line (none: no heartbeat)"
     )
 
@@ -120,7 +122,7 @@ class PriorPaths:
     tasks: Path = field(metadata=arg("the tasks table (all tasks)"))
     journal: Path = field(metadata=arg("journal directory (every shard's first round)"))
     out: Path = field(metadata=arg("the labels' priors to write (RunLayout.adaptive_prior)"))
-    first_rounds: tuple[Path, ...] = _paths("the shards' first-round summaries")
+    first_rounds: tuple[Path, ...] = _positional_paths("the shards' first-round summaries")
 
     @classmethod
     def from_layout(cls, layout: RunLayout) -> PriorPaths:
@@ -169,7 +171,7 @@ class SavingsPaths:
     tasks: Path = field(metadata=arg("the tasks table (all tasks)"))
     rollouts: Path = field(metadata=arg("the merged rollouts (their plans)"))
     out: Path = field(metadata=arg("what adaptive sampling saved, to write (JSON)"))
-    audit: Path | None = _optional("bayes: the audit report (RunLayout.adaptive_audit)")
+    audit: Path | None = _optional_path("bayes: the audit report (RunLayout.adaptive_audit)")
 
     @classmethod
     def from_layout(cls, layout: RunLayout, bayes: bool = False) -> SavingsPaths:
@@ -185,7 +187,7 @@ class ProfilePaths:
     rollouts: Path = field(metadata=arg("the merged rollouts (RunLayout.rollouts)"))
     report: Path = field(metadata=arg("the materialize report (index ranges)"))
     out: ProfileFiles = field(metadata=arg("profile output directory"))
-    savings: Path | None = _optional("adaptive: what it saved (RunLayout.adaptive_savings)")
+    savings: Path | None = _optional_path("adaptive: what it saved (RunLayout.adaptive_savings)")
 
     @classmethod
     def from_layout(cls, layout: RunLayout, adaptive: bool = False) -> ProfilePaths:
@@ -214,7 +216,7 @@ class ReportPaths:
     summary: Path = field(metadata=arg("the profile's summary (RunLayout.profile_summary)"))
     out: Path = field(metadata=arg("output directory"))
     run_dir: RunLayout = field(metadata=arg("the run directory (the front page's summary)"))
-    export_report: Path | None = _optional("the export's report (optional)")
+    export_report: Path | None = _optional_path("the export's report (optional)")
 
     @classmethod
     def from_layout(cls, layout: RunLayout) -> ReportPaths:
@@ -225,7 +227,9 @@ class ReportPaths:
 
 
 # ---- a stage command's arguments, from its paths class (cli.py) ----------------------------
-def _optional(hint: Any) -> Any:
+
+
+def _unwrap_optional(hint: Any) -> Any:
     """X of `X | None` (else the hint itself)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if type(None) in typing.get_args(hint) and len(args) == 1 else hint
@@ -237,7 +241,7 @@ def add_path_arguments(p: argparse.ArgumentParser, paths_class: type) -> None:
     ShardPosition is `--shard i --num-shards N`."""
     hints = typing.get_type_hints(paths_class)
     for f in dataclasses.fields(paths_class):
-        meta, hint = f.metadata, _optional(hints[f.name])
+        meta, hint = f.metadata, _unwrap_optional(hints[f.name])
         if not meta.get("cli", True):
             continue
         required = f.default is dataclasses.MISSING
@@ -257,7 +261,7 @@ def paths_from(paths_class: type, args: argparse.Namespace) -> Any:
     hints = typing.get_type_hints(paths_class)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(paths_class):
-        hint = _optional(hints[f.name])
+        hint = _unwrap_optional(hints[f.name])
         if not f.metadata.get("cli", True):
             continue
         if hint is ShardPosition:
