@@ -33,7 +33,7 @@ from rewardprof.stages.profile_episodes import episode_columns, read_episodes, s
 from rewardprof.stages.profile_summary import label_summary, overall_summary
 from rewardprof.store.jsonl import write_table_jsonl
 from rewardprof.store.layout import ProfileFiles
-from rewardprof.store.plans import read_plans
+from rewardprof.store.plans import planned_per_task, read_plans
 
 _ROLLOUT_COLS = [
     "task_index",
@@ -290,10 +290,10 @@ def _with_plan(
     cols: dict[str, Any], plans: pd.DataFrame, task_index: np.ndarray, expected: np.ndarray
 ) -> np.ndarray:
     """The plan's columns (stopped_early, adaptive_keep) added; each task's planned rollouts."""
-    plan = plans.set_index("task_index").reindex(task_index)
-    cols["stopped_early"] = plan["stopped_early"].fillna(False).to_numpy(dtype=bool)
-    cols["adaptive_keep"] = plan["keep"].fillna(False).to_numpy(dtype=bool)
-    return plan["planned"].fillna(pd.Series(expected)).to_numpy().astype(np.int64)
+    planned, cols["stopped_early"], cols["adaptive_keep"] = planned_per_task(
+        plans, task_index, expected
+    )
+    return planned
 
 
 def _read_inputs(

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.stages import SavingsPaths
-from rewardprof.store.plans import read_plans
+from rewardprof.store.plans import planned_per_task, read_plans
 
 
 class LabelSavings(TypedDict):
@@ -42,11 +42,11 @@ def run(cfg: Config | None, paths: SavingsPaths) -> SavingsReport | None:
     merged = paths.rollouts
     plans = read_plans(sorted(merged.rglob("*.parquet")) if merged.is_dir() else [merged])
     per_task = pd.DataFrame(index=range(len(tasks)))
-    if plans is not None:
-        plan = plans.set_index("task_index").reindex(tasks["task_index"].to_numpy())
-        planned = plan["planned"].fillna(pd.Series(tasks["num_repeats"].to_numpy()))
-        per_task["expected_num_rollouts"] = planned.to_numpy().astype("int64")
-        per_task["stopped_early"] = plan["stopped_early"].fillna(False).to_numpy(dtype=bool)
+    if plans is not None:  # the profile's expected_num_rollouts and stopped_early columns
+        repeats = tasks["num_repeats"].to_numpy()
+        planned, stopped_early, _ = planned_per_task(plans, tasks["task_index"].to_numpy(), repeats)
+        per_task["expected_num_rollouts"] = planned
+        per_task["stopped_early"] = stopped_early
     labels = [str(lbl) for lbl in pd.unique(tasks["label"])]  # the entries' order
     saved = savings(tasks, per_task, labels, paths.audit)
     write_json_atomic(paths.out, saved)
