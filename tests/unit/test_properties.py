@@ -34,7 +34,7 @@ from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
 from rewardprof.decisions.label_prior import fit_label_priors
 from rewardprof.decisions.posterior import MixturePrior, fit_prior
 from rewardprof.decisions.task_rounds import TaskRounds
-from rewardprof.stages import StagePaths
+from rewardprof.stages import ShardPaths
 from rewardprof.stages import shard as shard_stage
 from rewardprof.stages.rollout.progress import Progress
 from rewardprof.stages.rollout.sampling_loop import SamplingLoop
@@ -42,7 +42,7 @@ from rewardprof.stages.rollout.work import RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.schemas import TASKS_SCHEMA
-from rewardprof.store.shards import shard_mask, shard_of
+from rewardprof.store.shards import ShardPosition, shard_mask, shard_of
 
 # ---- shard partitioning -------------------------------------------------------------------
 
@@ -90,7 +90,7 @@ def test_the_shard_stage_writes_a_partition(num_tasks, num_shards):
         seen: list[int] = []
         for i in range(num_shards):
             out = Path(tmp) / f"{i}.parquet"
-            paths = StagePaths(tasks=tasks, out=out, shard=i, num_shards=num_shards)
+            paths = ShardPaths(tasks=tasks, out=out, shard=ShardPosition(i, num_shards))
             report = shard_stage.run(None, paths)
             got = pq.read_table(out).column("task_index").to_pylist()
             assert report["num_tasks"] == len(got)
