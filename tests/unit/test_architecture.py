@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "rewardprof"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60  # from `def` (decorators aside) to its last line, docstring included
 # a trailing comment that gives the reason in one word first: `# lazy: matplotlib is slow`
 REASON = re.compile(r"#\s*[a-z][a-z-]*:\s*\S")
 
@@ -258,6 +259,30 @@ def test_no_module_over_400_lines():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_the_function_length_check_finds_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    tree = ast.parse(f"def short():\n    return 1\n\ndef long():\n{body}\n")
+    assert _long_functions(tree) == ["long (61)"]
+
+
+def test_no_function_over_60_lines():
+    long = {
+        str(MODULES[m].relative_to(PACKAGE)): found
+        for m, tree in TREES.items()
+        if (found := _long_functions(tree))
+    }
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def test_every_function_local_import_says_why():
