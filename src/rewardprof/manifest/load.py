@@ -26,20 +26,21 @@ GENERATOR_PACKAGES = {"reasoning_gym": "reasoning_gym"}
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> Config:
     """Validate a config dict; raise ConfigError with one line per problem found."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
+    # before anything walks, copies or validates it (the secrets' search below included: it
+    # walked a 10^7-value anchor bomb whole, 36 s of CPU): an anchor bomb or a 3,000-deep
+    # value. The message names a key path and a limit, no value, so it needs no redaction.
+    if (problem := config_problem(data)) is not None:
+        raise ConfigError(f"{origin}: {problem}")
     try:
         return _validated(data, origin)
     except ConfigError as exc:
         # the message quotes bad values: never a key or a URL password the config names
-        secrets = tuple(config_secrets(data)) if isinstance(data, dict) else ()
-        raise ConfigError(redact(str(exc), secrets)) from None
+        raise ConfigError(redact(str(exc), tuple(config_secrets(data)))) from None
 
 
 def _validated(data: dict[str, Any], origin: str) -> Config:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{origin}: the config must be a mapping, got {type(data).__name__}")
-    # before anything walks, copies or validates it: an anchor bomb or a 3,000-deep value
-    if (problem := config_problem(data)) is not None:
-        raise ConfigError(f"{origin}: {problem}")
     try:
         cfg = Config.model_validate(data)
     except ValidationError as exc:
@@ -130,14 +131,42 @@ def _options_problems(i: int, entry: Entry) -> list[str]:
     return []
 
 
+# How deep the YAML reader goes before it gives up: above the config's own limit, so that a
+# value nested a little too deep gets config_problem's message naming where it is.
+MAX_READ_DEPTH = 5 * MAX_CONFIG_DEPTH
+
+
+class _TooDeep(Exception):
+    """A YAML node nested deeper than MAX_READ_DEPTH."""
+
+
+class _DepthBoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that stops at the first node nested deeper than MAX_READ_DEPTH,
+    while reading: without it, 3,000 nested brackets cost PyYAML's scanner ~20 s of CPU
+    before the recursion limit ended it."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_READ_DEPTH:
+                raise _TooDeep
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def parse_config_text(text: str, origin: str, json_text: bool = False) -> Any:
     """A config file's YAML or JSON value; ConfigError (one line) when it is not valid, or
-    nested so deep the parser gives up (RecursionError)."""
+    nested so deep the reader gives up."""
     try:
-        return json.loads(text) if json_text else yaml.safe_load(text)
+        if json_text:
+            return json.loads(text)
+        return yaml.load(text, Loader=_DepthBoundedLoader)  # noqa: S506  # a SafeLoader
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{origin}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    except RecursionError:
+    except (RecursionError, _TooDeep):
         raise ConfigError(
             f"{origin}: nested too deep to read (at most {MAX_CONFIG_DEPTH} levels)"
         ) from None
@@ -161,7 +190,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: config file not found") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a text file (a YAML or JSON config expected)") from None
-    return parse_config_text(text, str(p), json_text=p.suffix == ".json") or {}
+    data = parse_config_text(text, str(p), json_text=p.suffix == ".json") or {}
+    # here, before any caller walks it (an overlay's password check walked an anchor bomb whole)
+    if isinstance(data, dict) and (problem := config_problem(data)) is not None:
+        raise ConfigError(f"{p}: {problem}")
+    return data
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
