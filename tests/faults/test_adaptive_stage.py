@@ -22,7 +22,7 @@ import pytest
 from harness import shardkit as kit
 from harness.rounds import same_plans, shards_round_synchronous
 
-from rewardprof.decisions.adaptive import keep_at
+from rewardprof.decisions.planning.stop_tests import keep_at
 from rewardprof.stages import StagePaths, shard
 from rewardprof.stages.rollout.adaptive_rounds import load_priors, write_priors
 from rewardprof.stages.rollout.shard_job import ShardJob, run_first_round, run_shard

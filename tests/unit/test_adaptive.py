@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive import bayes_stop, exact_stop, flip_probability, keep_at
-from rewardprof.decisions.posterior import MixturePrior, posterior
+from rewardprof.decisions.planning.stop_tests import (
+    bayes_stop,
+    exact_stop,
+    flip_probability,
+    keep_at,
+)
+from rewardprof.decisions.priors.posterior import MixturePrior, posterior
 
 PRIOR = MixturePrior(w0=0.5, w1=0.2, a=1.0, b=1.0)
 RULES = {

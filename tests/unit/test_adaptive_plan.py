@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from rewardprof.core.config import ConfigError, Export
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.priors.posterior import MixturePrior
 from rewardprof.manifest.load import validate_config
 
 K = 16

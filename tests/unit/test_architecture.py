@@ -133,11 +133,13 @@ ALLOWED = {
     "manifest": {"core", "decisions", "environments"},
     "testing": {"engine"},
     "stages": {"core", "decisions", "engine", "environments", "sources", "store"},
+    "estimation": {"core", "decisions", "store"},  # sizing maths; shard and writer names
     "tools": {
         "core",
         "decisions",
         "engine",
         "environments",
+        "estimation",
         "manifest",
         "sources",
         "stages",

@@ -1,4 +1,4 @@
-"""The histogram prior that widens the profile's credible intervals (decisions/bin_prior.py)."""
+"""The histogram prior that widens the profile's credible intervals (decisions/priors/bins.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from math import comb
 import numpy as np
 import pytest
 
-from rewardprof.decisions.betafn import betainc
-from rewardprof.decisions.bin_prior import (
+from rewardprof.decisions.priors.bins import (
     COVERAGE_MIN_TASKS,
     bin_interval,
     binomial_upper_tail,
     fit_bins,
     widened,
 )
-from rewardprof.decisions.posterior import fit_prior, posterior_columns
+from rewardprof.decisions.priors.posterior import fit_prior, posterior_columns
+from rewardprof.decisions.statistics.betafn import betainc
 
 
 def _expected_label(shape: list[float], n: int, tasks: int) -> np.ndarray:

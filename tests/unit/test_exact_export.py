@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewardprof.core.config import Export, Profile
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
 from rewardprof.decisions.keep_rules import KEEP
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
 

@@ -11,20 +11,15 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import Config, Export
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import (
-    audit_mask,
-    audit_of,
-    audit_report,
-    audit_shares,
-    clopper_pearson,
-    detectable_flip_rate,
-)
-from rewardprof.decisions.grid_prior import GRID, fit_grid
+from rewardprof.decisions.audit.report import audit_report, detectable_flip_rate
+from rewardprof.decisions.audit.sample import audit_mask, audit_of, audit_shares
 from rewardprof.decisions.keep_rules import KEEP
-from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior, Posterior, posterior, signal_root
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.priors.grid import GRID, fit_grid
+from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
+from rewardprof.decisions.priors.posterior import MixturePrior, Posterior, posterior, signal_root
+from rewardprof.decisions.statistics.binomial import clopper_pearson
 from rewardprof.stages.export import drop_reasons
 
 K = 16

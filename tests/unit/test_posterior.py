@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rewardprof.decisions.betafn import betainc, betaln, nelder_mead
-from rewardprof.decisions.posterior import (
+from rewardprof.decisions.priors.posterior import (
     JEFFREYS,
     MixturePrior,
     fit_prior,
@@ -17,6 +16,8 @@ from rewardprof.decisions.posterior import (
     prior_as_posterior,
     signal_root,
 )
+from rewardprof.decisions.statistics.betafn import betainc, betaln
+from rewardprof.decisions.statistics.solvers import nelder_mead
 
 PRIOR = MixturePrior(w0=0.3, w1=0.1, a=2.0, b=3.0)
 

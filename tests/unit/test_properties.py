@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 
 from rewardprof.core.config import Export
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior, fit_prior
-from rewardprof.decisions.task_rounds import TaskRounds
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.task_rounds import TaskRounds
+from rewardprof.decisions.priors.label import fit_label_priors
+from rewardprof.decisions.priors.posterior import MixturePrior, fit_prior
 from rewardprof.stages import StagePaths
 from rewardprof.stages import shard as shard_stage
 from rewardprof.stages.rollout.work import RoundsWork

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rewardprof.decisions.stats import (
+from rewardprof.decisions.statistics.per_task import (
     beta_interval,
     grpo_signal,
     grpo_signal_array,

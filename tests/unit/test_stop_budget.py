@@ -1,6 +1,6 @@
 """bayes spends delta where it saves the most, and never costs more than exact
-(decisions/stop_budget.py, decisions/adaptive_plan.py): the label's threshold is the largest
-that keeps the expected share of flipped decisions within delta under every candidate prior;
+(decisions/planning/stop_budget.py, decisions/planning/round_plan.py): the label's threshold is the
+largest that keeps the expected share of flipped decisions within delta under every candidate prior;
 a task outside the audit never gets more rollouts than exact gives it, and a task the rules
 settle stops where exact stops it; the audit is an exact count, not a draw."""
 
@@ -12,18 +12,15 @@ import numpy as np
 import pytest
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import (
+from rewardprof.decisions.audit.report import audit_report
+from rewardprof.decisions.audit.sample import (
     audit_of,
-    audit_report,
     audit_shares,
     with_audit_cutoffs,
     with_audit_shares,
 )
-from rewardprof.decisions.grid_prior import GRID, GridPrior
-from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
-from rewardprof.decisions.stop_budget import (
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_budget import (
     Rounds,
     _forward,
     _states,
@@ -32,6 +29,9 @@ from rewardprof.decisions.stop_budget import (
     stop_threshold,
     with_stop_thresholds,
 )
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.priors.grid import GRID, GridPrior
+from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.adaptive_savings import _audit_lines
 from rewardprof.stages.rollout.adaptive_rounds import first_round_settings, settings_of

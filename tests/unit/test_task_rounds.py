@@ -1,5 +1,5 @@
-"""The no-barrier planner (decisions/task_rounds.py) against the round-synchronous one (`plan`
-on every task after every round returned): the same (task, rollout) pairs, plans and
+"""The no-barrier planner (decisions/planning/task_rounds.py) against the round-synchronous one
+(`plan` on every task after every round returned): the same (task, rollout) pairs, plans and
 decisions on the same rewards, whatever order the rewards arrive in, per shard of 1 or 3, and
 after a kill and a rerun that starts from what was journaled."""
 
@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
-from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior
-from rewardprof.decisions.task_rounds import TaskRounds
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records
+from rewardprof.decisions.planning.task_rounds import TaskRounds
+from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
+from rewardprof.decisions.priors.posterior import MixturePrior
 
 K = 8
 EXACT = AdaptiveSettings("exact", first=2, round_size=2)

@@ -1,8 +1,8 @@
-"""Adaptive sampling in the rollout stage: rounds planned by decisions/adaptive_plan.py.
+"""Adaptive sampling in the rollout stage: rounds planned by decisions/planning/round_plan.py.
 
 A shard's job plans from its journal, samples what the plan is missing, and plans each task
-again as soon as its own rollouts returned (decisions/task_rounds.py: no barrier between the
-shard's tasks), until every task's decision is settled or it has num_repeats rollouts. The plan
+again as soon as its own rollouts returned (decisions/planning/task_rounds.py: no barrier between
+the shard's tasks), until every task's decision is settled or it has num_repeats rollouts. The plan
 is a function of the rewards alone (never of arrival order, shard split or concurrency), so a
 killed job's rerun, which replans from the journal, samples the same (task, rollout) pairs, and
 at the end the round-synchronous plan on the journal must be the rounds' plan (checked_plan).
@@ -28,26 +28,26 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive import posterior_fn_for
-from rewardprof.decisions.adaptive_plan import (
+from rewardprof.decisions.audit.sample import (
+    audit_of,
+    audit_shares,
+    with_audit_cutoffs,
+    with_audit_shares,
+)
+from rewardprof.decisions.planning.round_plan import (
     AdaptiveSettings,
     Plan,
     Records,
     plan,
     uses_posterior,
 )
-from rewardprof.decisions.audit import (
-    audit_of,
-    audit_shares,
-    with_audit_cutoffs,
-    with_audit_shares,
-)
-from rewardprof.decisions.label_prior import LabelPrior, fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior, fit_prior
-from rewardprof.decisions.stop_budget import with_stop_thresholds
-from rewardprof.decisions.streaks import StreakTest, round_ends, streak_tests
-from rewardprof.decisions.task_rounds import TaskRounds
-from rewardprof.decisions.warm_start import (
+from rewardprof.decisions.planning.stop_budget import with_stop_thresholds
+from rewardprof.decisions.planning.stop_tests import posterior_fn_for
+from rewardprof.decisions.planning.streaks import StreakTest, round_ends, streak_tests
+from rewardprof.decisions.planning.task_rounds import TaskRounds
+from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
+from rewardprof.decisions.priors.posterior import MixturePrior, fit_prior
+from rewardprof.decisions.priors.warm_start import (
     EARLIER_COLUMNS,
     PriorSet,
     bayes_warm_labels,
@@ -107,8 +107,8 @@ def first_round_ok(cfg: Config, tasks: pd.DataFrame, journal_dir: Path, gen_key:
 
 def first_round_streaks(cfg: Config, tasks: pd.DataFrame, w: pd.DataFrame) -> dict[str, StreakTest]:
     """Per label, whether its first round (`w`: first_round_ok) shows within-task correlation
-    (decisions/streaks.py); none tested where the first round is not exact's rounds (posterior
-    keep rules)."""
+    (decisions/planning/streaks.py); none tested where the first round is not exact's rounds
+    (posterior keep rules)."""
     phase = first_round_settings(cfg)
     if phase is None:
         return {}
@@ -156,10 +156,10 @@ def stopping_priors(
     gen_key: str,
     streaky: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[dict[str, dict], dict | None]:
-    """Each label's LabelPrior (decisions/label_prior.py) on the first round (`counts`:
+    """Each label's LabelPrior (decisions/priors/label.py) on the first round (`counts`:
     first_round_counts; `mixtures`: each label's profile-family prior on them; `streaky`
-    labels: the exact test, decisions/streaks.py), with the share of its tasks in the audit
-    sample (decisions/audit.py); with adaptive.warm_start, the warm keys' priors too, and the
+    labels: the exact test, decisions/planning/streaks.py), with the share of its tasks in the audit
+    sample (decisions/audit/sample.py); with adaptive.warm_start, the warm keys' priors too, and the
     warm start's record (task_id -> key, the fitted drift)."""
     n, c, binary = counts
     labels = tasks["label"].to_numpy(dtype=object)
@@ -187,7 +187,7 @@ def stopping_priors(
 
 def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted):
     """Each bayes prior with its stopping threshold per K of its tasks (stop_budget.py), and
-    each label's audit cutoff (decisions/audit.py)."""
+    each label's audit cutoff (decisions/audit/sample.py)."""
     settings = settings_of(cfg)
     ids = tasks["task_id"].to_numpy(dtype=object)
     labels = tasks["label"].to_numpy(dtype=object)
@@ -235,7 +235,7 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
     counts = first_round_counts(cfg, tasks, first)
     n, c, _ = counts
     labels = tasks["label"].to_numpy(dtype=object)
-    # each label's profile-family prior (decisions/posterior.py): recorded, and kept with its
+    # each label's profile-family prior (decisions/priors/posterior.py): recorded, and kept with its
     # LabelPrior for the posterior keep rules
     mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
     streaks = first_round_streaks(cfg, tasks, first)

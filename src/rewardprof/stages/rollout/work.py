@@ -3,7 +3,7 @@ now, report each result with `returned`, stop when `finished`.
 
 - FixedWork: every missing rollout is known up front (fixed K, bayes' first round).
 - RoundsWork: adaptive rounds, each task's next round asked for as soon as its own last round
-  returned (decisions/task_rounds.py), never waiting for the other tasks of the shard.
+  returned (decisions/planning/task_rounds.py), never waiting for the other tasks of the shard.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.task_rounds import TaskRounds
+from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.stages.rollout.shard_tasks import Unit, request_units
 
 

@@ -4,7 +4,7 @@ that round cannot rule out, whether its rewards are 0/1, and which stopping test
 Fitted once on the first round (min_rollouts per task, every task of the run; see
 stages/rollout/adaptive_rounds.py) and recorded, so decisions are a function of the run:
 
-* pooled: the grid prior (decisions/grid_prior.py) of every task of every label;
+* pooled: the grid prior (decisions/priors/grid.py) of every task of every label;
 * a label's point fit: its own tasks, shrunk toward the pooled prior with SHRINK_TASKS
   pseudo-tasks (a Dirichlet hyperprior centred on the pool);
 * candidates: the point fit, refits on bootstrap resamples of the label's tasks (how much the
@@ -13,10 +13,10 @@ stages/rollout/adaptive_rounds.py) and recorded, so decisions are a function of 
   likelihood allows (log-likelihood within LIKELIHOOD_SLACK of the fit). From min_rollouts
   rollouts "never passes" and "rarely passes" are nearly exchangeable, yet they predict
   different chances that a 0/n task passes later; the stopping test must hold under all of
-  them (decisions/robust_stop.py).
+  them (decisions/planning/robust_stop.py).
 * stop_mode: "bayes" only for a label with 0/1 rewards (every first-round reward 0 or 1: a
   property of the label, not of one task's prefix), at least MIN_TASKS tasks and no streaks
-  in its first round (decisions/streaks.py: the priors assume independent rollouts); else
+  in its first round (decisions/planning/streaks.py: the priors assume independent rollouts); else
   "exact" (the exact test needs no prior). `source`: "label", or "pooled" for a label below
   MIN_TASKS (its profile columns use the pooled prior, flagged).
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rewardprof.decisions.grid_prior import (
+from rewardprof.decisions.priors.grid import (
     GRID,
     GridPrior,
     em_weights,
@@ -36,7 +36,7 @@ from rewardprof.decisions.grid_prior import (
     likelihood_matrix,
     log_likelihood,
 )
-from rewardprof.decisions.posterior import MixturePrior, grouped_counts
+from rewardprof.decisions.priors.posterior import MixturePrior, grouped_counts
 
 MIN_TASKS = 30
 SHRINK_TASKS = 10.0
@@ -55,12 +55,12 @@ class LabelPrior:
     candidates: tuple[GridPrior, ...]
     # the profile's prior family, for the posterior keep rules (min_signal_probability, ...)
     mixture: MixturePrior | None = None
-    # share of the label's tasks in the audit sample (decisions/audit.py), set by the run
+    # share of the label's tasks in the audit sample (decisions/audit/sample.py), set by the run
     audit_share: float = 0.0
-    # K -> the stopping threshold tau (decisions/stop_budget.py), set by the run; without
+    # K -> the stopping threshold tau (decisions/planning/stop_budget.py), set by the run; without
     # one the test is the per-task one (every candidate's P(flip) below delta)
     stop_thresholds: dict[int, float] | None = None
-    # the audit hash's key (decisions/audit.py), set by the run: its generation key
+    # the audit hash's key (decisions/audit/sample.py), set by the run: its generation key
     audit_salt: str = ""
     # the largest salted hash of the label's audited tasks (-1: none), set by the run
     audit_cutoff: float | None = None
@@ -201,7 +201,7 @@ def fit_label_priors(
     """Per label: its LabelPrior from per-task first-round (n, c); `binary`: label -> every
     first-round reward of the label is 0 or 1; `mixtures`: label -> its profile-family prior
     (for posterior keep rules), recorded alongside; `streaky`: labels whose first round shows
-    within-task correlation (decisions/streaks.py), which get the exact test."""
+    within-task correlation (decisions/planning/streaks.py), which get the exact test."""
     n = np.asarray(n, dtype=np.int64)
     c = np.asarray(c, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)

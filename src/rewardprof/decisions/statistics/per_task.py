@@ -23,6 +23,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from rewardprof.decisions.statistics.solvers import bisect
+
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
     """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k); None when n < k."""
@@ -60,17 +62,6 @@ def _binom_sf(c: int, n: int, p: float) -> float:
     )
 
 
-def _bisect(f, target: float, increasing: bool) -> float:
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if (f(mid) < target) == increasing:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
 def beta_interval(c: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
     """Clopper-Pearson (exact) interval: the Beta(c, n-c+1) and Beta(c+1, n-c) quantiles,
     found by inverting the binomial tail (no scipy). None when n == 0."""
@@ -78,8 +69,8 @@ def beta_interval(c: int, n: int, level: float = 0.95) -> tuple[float, float] | 
         return None
     a = (1 - level) / 2
     # lower: P(X >= c | p) = a (increasing in p); upper: P(X <= c | p) = a (decreasing in p)
-    lo = 0.0 if c == 0 else _bisect(lambda p: _binom_sf(c, n, p), a, increasing=True)
-    hi = 1.0 if c == n else _bisect(lambda p: 1.0 - _binom_sf(c + 1, n, p), a, increasing=False)
+    lo = 0.0 if c == 0 else bisect(lambda p: _binom_sf(c, n, p), a)
+    hi = 1.0 if c == n else bisect(lambda p: 1.0 - _binom_sf(c + 1, n, p), a, increasing=False)
     return lo, hi
 
 

@@ -1,12 +1,12 @@
 """A label's pass-rate prior as a histogram: point masses at 0 and 1 plus a piecewise-constant
 density on bins of (0, 1), fitted by EM; and the credible intervals of tasks' posteriors under it.
 
-Why. The profile's prior family (decisions/posterior.py: point masses plus one Beta) cannot fit
-every label (p in {0, 0.03, 0.6}, two clusters of hard and easy tasks), and its intervals then
-cover far less than their level however many tasks the label has. A histogram on fine bins fits
-any shape given enough tasks, and unlike a discrete grid (decisions/grid_prior.py) it keeps a
-density inside each bin, so an interval is not pinned to grid points a true p falls between.
-The profile reports, per task, the hull of the family's interval and this one
+Why. The profile's prior family (decisions/priors/posterior.py: point masses plus one Beta)
+cannot fit every label (p in {0, 0.03, 0.6}, two clusters of hard and easy tasks), and its
+intervals then cover far less than their level however many tasks the label has. A histogram on
+fine bins fits any shape given enough tasks, and unlike a discrete grid (decisions/priors/grid.py)
+it keeps a density inside each bin, so an interval is not pinned to grid points a true p falls
+between. The profile reports, per task, the hull of the family's interval and this one
 (`profile_intervals`, stages/profile.py), and measures the coverage by simulation
 (benchmarks/bench_coverage.py, docs/profile.md).
 
@@ -25,9 +25,10 @@ import math
 
 import numpy as np
 
-from rewardprof.decisions.betafn import bisect
-from rewardprof.decisions.grid_prior import em_weights
-from rewardprof.decisions.posterior import grouped_counts
+from rewardprof.decisions.priors.grid import em_weights
+from rewardprof.decisions.priors.posterior import grouped_counts
+from rewardprof.decisions.statistics.binomial import log_choose
+from rewardprof.decisions.statistics.solvers import bisect
 
 _T = np.linspace(0.0, 1.0, 41)
 # bin edges, cosine-spaced (narrow near 0 and 1, where pass rates pile up): 40 bins
@@ -36,19 +37,15 @@ EDGES[0], EDGES[-1] = 0.0, 1.0
 SMOOTHING = 1.0
 
 
-def _log_choose(m: int, j: np.ndarray) -> np.ndarray:
-    return math.lgamma(m + 1) - np.array([math.lgamma(k + 1) + math.lgamma(m - k + 1) for k in j])
-
-
 def binomial_upper_tail(n: int, c: int, x) -> np.ndarray:
     """I_x(c+1, n-c+1) = P(Binomial(n+1, x) >= c+1), elementwise over x."""
     x = np.atleast_1d(np.asarray(x, dtype=float))
     m = n + 1
     j = np.arange(c + 1, m + 1)
-    log_choose = _log_choose(m, j)
+    coef = log_choose(m, j)
     with np.errstate(divide="ignore", invalid="ignore"):
         lx, l1x = np.log(x)[:, None], np.log1p(-x)[:, None]
-        terms = np.exp(log_choose[None, :] + j[None, :] * lx + (m - j)[None, :] * l1x)
+        terms = np.exp(coef[None, :] + j[None, :] * lx + (m - j)[None, :] * l1x)
     terms = np.nan_to_num(terms, nan=0.0)
     out = terms.sum(axis=1)
     out[x <= 0.0] = 0.0

@@ -5,20 +5,20 @@ the best prior there is for its pass rate under the next one, as far as the poli
 move. Model (tasks matched by task_id, the content hash; only labels with 0/1 rewards):
 
 * the earlier pass rate p of a task of label L is drawn from a grid prior E_L fitted on the
-  earlier profile's (num_rollouts, num_passed) of L's matched tasks (decisions/grid_prior.py,
+  earlier profile's (num_rollouts, num_passed) of L's matched tasks (decisions/priors/grid.py,
   shrunk toward all matched tasks' pool), so after its earlier c0 passes in n0 rollouts
   p ~ E_L(. | n0, c0);
 * the new pass rate moves on the logit scale, logit p' = logit p + N(0, tau^2) (`drift_matrix`:
   p = 0 and p = 1 stay, interior points spread over the interior of the grid);
 * with probability `leak` a task changed beyond that (a new skill, a regression): p' is a fresh
-  draw from the label's prior fitted on this run's first round (decisions/label_prior.py).
+  draw from the label's prior fitted on this run's first round (decisions/priors/label.py).
 
 So a matched task's prior is (1 - leak) * E_L(. | n0, c0) moved by the drift + leak * the
 label's prior: it depends on (label, n0, c0) alone, and every task of one such key shares it.
 (tau, leak) is estimated on the first round (`fit_drift`: the marginal likelihood of every
 matched task's first-round passes, maximised over a fixed grid): a checkpoint that changed a
 lot gets a large tau or leak and its earlier profile counts for less. As the label priors, the
-fit is not taken as known: the stopping test (decisions/robust_stop.py) must hold under the
+fit is not taken as known: the stopping test (decisions/planning/robust_stop.py) must hold under the
 drifts the first round cannot rule out (log-likelihood within LIKELIHOOD_SLACK of the best),
 represented by the corners of that set (and, at its largest leak, by the label priors the
 first round cannot rule out). Unmatched tasks keep their label's prior.
@@ -35,20 +35,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from rewardprof.decisions.grid_prior import (
+from rewardprof.decisions.priors.grid import (
     GRID,
     GridPrior,
     fit_grid,
     likelihood_matrix,
 )
-from rewardprof.decisions.label_prior import (
+from rewardprof.decisions.priors.label import (
     LIKELIHOOD_SLACK,
     MIN_TASKS,
     SHRINK_TASKS,
     LabelPrior,
     best_edge_variants,
 )
-from rewardprof.decisions.posterior import grouped_counts
+from rewardprof.decisions.priors.posterior import grouped_counts
 
 TAU_GRID = tuple(round(0.1 * i, 1) for i in range(31))  # 0 .. 3 on the logit scale
 LEAK_GRID = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
@@ -59,7 +59,7 @@ EARLIER_COLUMNS = ("task_id", "num_rollouts", "num_passed")
 
 class PriorSet(dict):
     """label or warm key -> LabelPrior, and `task_keys`: task_id -> the warm key of a matched
-    task (decisions/adaptive_plan.py looks a task's prior up by `prior_keys_of`)."""
+    task (decisions/planning/round_plan.py looks a task's prior up by `prior_keys_of`)."""
 
     def __init__(self, priors: dict, task_keys: dict[str, str] | None = None):
         super().__init__(priors)
@@ -247,7 +247,7 @@ def warm_priors(
     task_ids, labels, n, c: every task of the run with its first-round counts; `earlier`:
     task_id -> (n0, c0) of the earlier profile (tasks with n0 > 0). A task is warm-started when
     it is matched, its label's rewards are 0/1 and its label's first round shows no streaks
-    (`streaky`, decisions/streaks.py: no prior may stop those). The warm keys get the bayes
+    (`streaky`, decisions/planning/streaks.py: no prior may stop those). The warm keys get the bayes
     test when the drift was fitted on at least `min_tasks` tasks (else the exact one: too few
     to say how far the policy moved)."""
     task_ids = np.asarray(task_ids, dtype=object)
@@ -278,7 +278,7 @@ def warm_priors(
     for lbl, k0, p0 in keys:
         base = label_priors[lbl]
         # the drift's corners with the label's fit; at the largest leak also with the label
-        # priors its first round cannot rule out (decisions/label_prior.py)
+        # priors its first round cannot rule out (decisions/priors/label.py)
         mixes = [(t, e, base.point) for t, e in drift.candidates]
         if most_leak > 0:
             mixes += [(drift.tau, most_leak, other) for other in base.candidates[1:]]

@@ -3,10 +3,10 @@
 `plan` is a pure function of (settings, keep rules, each task's num_repeats K and label, the
 labels' priors, the known rollout results). It replays the rounds from the start: a task first
 needs rollouts 0..first-1; once all of them are known (ok or failed) the stopping test
-(decisions/adaptive.py) runs on them, and if the decision at K is not settled the task needs
-`round_size` more, up to K. A round looks only at the rollouts below its size, in index order,
-so the plan does not depend on the order results arrived in, on how tasks are split into shards,
-on concurrency, or on rollouts journaled beyond it (a run killed mid-round replans the same
+(decisions/planning/stop_tests.py) runs on them, and if the decision at K is not settled the
+task needs `round_size` more, up to K. A round looks only at the rollouts below its size, in index
+order, so the plan does not depend on the order results arrived in, on how tasks are split into
+shards, on concurrency, or on rollouts journaled beyond it (a run killed mid-round replans the same
 rounds from its journal). The rollout stage asks it what to sample next; the stages after it
 can ask it which rollouts a complete task has and what was decided.
 
@@ -21,7 +21,7 @@ then no task of the label is tested, so a rerun that finds part of a first round
 makes the decisions an undisturbed run makes. Settled, it is fixed, so each task's plan is a
 function of its own results (task_rounds.py plans task by task on it). A partial-credit
 label's tasks get the exact test even where their own first rewards are all 0. `audit`: tasks
-that always run to K (decisions/audit.py): the run's own check of what stopping early costs.
+that always run to K (decisions/audit/sample.py): the run's own check of what stopping early costs.
 A task at K is decided by the rules on its rollouts (undecided ones per on_undecided), the same
 decision the export makes; only tasks below K get the bayes prediction.
 """
@@ -33,11 +33,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from rewardprof.decisions.adaptive import DEFAULT_DELTA, bayes_stop, posterior_fn_for
 from rewardprof.decisions.keep_rules import OpenTasks, decision_range
-from rewardprof.decisions.label_prior import LabelPrior
-from rewardprof.decisions.posterior import MixturePrior
-from rewardprof.decisions.robust_stop import robust_bayes_stop
+from rewardprof.decisions.planning.robust_stop import robust_bayes_stop
+from rewardprof.decisions.planning.stop_tests import DEFAULT_DELTA, bayes_stop, posterior_fn_for
+from rewardprof.decisions.priors.label import LabelPrior
+from rewardprof.decisions.priors.posterior import MixturePrior
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def plan(
     stopped early; `binary`: per task, its label's settled 0/1 flag (label_binary), for a plan
     of some tasks of a label alone (else derived from `records`); `prior_keys`: per task, the
     key of its prior in `priors` (default its label; a warm-started task's own key:
-    decisions/warm_start.py)."""
+    decisions/priors/warm_start.py)."""
     if settings.mode not in ("exact", "bayes"):
         raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
     if settings.mode == "exact" and uses_posterior(ex):

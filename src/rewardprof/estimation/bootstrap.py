@@ -13,13 +13,13 @@ Useful fraction at K (a task is useful when its K rollouts are not all equal):
   from a zero-width bootstrap interval).
 * basis "extrapolated" -- some pilot task has fewer than K rollouts: how a task behaves over
   K > n rollouts is not in the data (a pass rate of 0 and one of 0.01 look alike in 4
-  rollouts). The point value is the grid prior's (decisions/grid_prior.py, a discrete mixture
+  rollouts). The point value is the grid prior's (decisions/priors/grid.py, a discrete mixture
   on a grid of p: no parametric family) fitted on the pilot. Interval: on each bootstrap
   resample of the pilot's tasks, the range of the useful fraction over the resample's fit and
   that fit with its mass at p = 0 (or 1) moved to a small (large) p as far as the likelihood
   allows (within chi2_1(level) / 2 of the fit); the percentiles of those ranges' ends over the
   resamples, joined with the profile-likelihood range of the point-masses-plus-Beta family
-  (tools/estimate_signal.py). They span the "never" vs "rarely" passes that n rollouts cannot
+  (estimation/signal.py). They span the "never" vs "rarely" passes that n rollouts cannot
   tell apart (a bootstrap of the fit alone covered 91 % at 1,000 pilot tasks off-family). It
   assumes the pass rates look like one of those shapes beyond what n rollouts show;
   docs/sizing.md says when to trust it.
@@ -39,9 +39,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rewardprof.decisions.audit import clopper_pearson
-from rewardprof.decisions.grid_prior import GRID, em_weights, likelihood_matrix
-from rewardprof.decisions.posterior import grouped_counts
+from rewardprof.decisions.priors.grid import GRID, em_weights, likelihood_matrix
+from rewardprof.decisions.priors.posterior import grouped_counts
+from rewardprof.decisions.statistics.binomial import clopper_pearson
 
 REPLICATES = 2000  # direct basis: resampled means cost nothing
 FIT_REPLICATES = 200  # extrapolated basis: one EM fit per resample (fitted all at once)

@@ -5,7 +5,7 @@ exactly, and interior points dense near both ends, where "never passes" and "rar
 differ most for stopping); a task's c passes in n rollouts are Binomial(n, p). Point masses at
 0 and 1, a Beta, two Betas or the off-family shapes users meet (p in {0, 0.03, 0.6}) are all
 close to some member of this family, which is why adaptive stopping uses it rather than the
-profile's point-masses-plus-one-Beta (decisions/posterior.py).
+profile's point-masses-plus-one-Beta (decisions/priors/posterior.py).
 
 Fit (`fit_grid`): the maximum a posteriori weights under a Dirichlet hyperprior
 Dir(1 + strength * toward), by EM. With `toward` the pooled weights over every label and
@@ -19,12 +19,12 @@ K^2/2.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from rewardprof.decisions.posterior import grouped_counts
+from rewardprof.decisions.priors.posterior import grouped_counts
+from rewardprof.decisions.statistics.binomial import log_choose
 
 # p = 0, p = 1 and 39 interior points, cosine-spaced (dense near 0 and 1): the smallest
 # interior point is ~0.0016, the largest gap (at 1/2) ~0.04
@@ -68,8 +68,8 @@ class GridPrior:
         """P(j more passes among m more rollouts | c passes in n), j = 0..m."""
         post = self.posterior_weights(n, c)
         j = np.arange(m + 1)
-        log_choose = _log_choose(m, j)
-        kern = np.exp(log_choose[None, :] + _xlogy(j[None, :], GRID[:, None]))
+        coef = log_choose(m, j)
+        kern = np.exp(coef[None, :] + _xlogy(j[None, :], GRID[:, None]))
         kern *= np.exp(_xlogy(m - j[None, :], 1.0 - GRID[:, None]))
         pmf = post @ kern
         return pmf / pmf.sum()
@@ -88,7 +88,7 @@ def predictive_many(weights: np.ndarray, n: int, c: int, m: int) -> np.ndarray:
     post = np.where(np.isfinite(top), np.exp(log_w - np.where(np.isfinite(top), top, 0.0)), 1.0)
     post /= post.sum(axis=1, keepdims=True)
     j = np.arange(m + 1)
-    kern = np.exp(_log_choose(m, j)[None, :] + _xlogy(j[None, :], GRID[:, None]))
+    kern = np.exp(log_choose(m, j)[None, :] + _xlogy(j[None, :], GRID[:, None]))
     kern *= np.exp(_xlogy(m - j[None, :], 1.0 - GRID[:, None]))
     pmf = post @ kern
     return pmf / pmf.sum(axis=1, keepdims=True)
@@ -105,10 +105,6 @@ def _xlogy(x, y) -> np.ndarray:
     y = np.asarray(y, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(x == 0, 0.0, x * np.log(y))
-
-
-def _log_choose(m: int, j: np.ndarray) -> np.ndarray:
-    return np.array([math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in j])
 
 
 def _log_binomial_kernel(n: int, c: int) -> np.ndarray:

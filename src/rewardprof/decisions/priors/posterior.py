@@ -31,7 +31,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from rewardprof.decisions.betafn import betainc, betaln, bisect, nelder_mead
+from rewardprof.decisions.statistics.betafn import betainc, betaln
+from rewardprof.decisions.statistics.binomial import log_choose
+from rewardprof.decisions.statistics.solvers import bisect, nelder_mead
 
 _BOUND_LOG_AB = (math.log(0.02), math.log(1000.0))
 _BOUND_LOGIT = 25.0
@@ -239,12 +241,11 @@ class Posterior:
     def predictive(self, m: int) -> np.ndarray:
         """P(x passes among m more rollouts), x = 0..m."""
         x = np.arange(m + 1)
-        log_choose = [math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in x]
         base = betaln(self.alpha, self.beta)
         bb = np.array(
             [
                 math.exp(lc + betaln(self.alpha + k, self.beta + m - k) - base)
-                for k, lc in zip(x, log_choose, strict=True)
+                for k, lc in zip(x, log_choose(m, x), strict=True)
             ]
         )
         pmf = self.pib * bb

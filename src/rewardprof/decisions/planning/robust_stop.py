@@ -1,9 +1,9 @@
-"""bayes' stopping test: with the label's threshold tau (decisions/stop_budget.py, recorded by
-the run), the point fit's P(flip) <= tau; without one, across the priors the first round cannot
-rule out, as follows.
+"""bayes' stopping test: with the label's threshold tau (decisions/planning/stop_budget.py,
+recorded by the run), the point fit's P(flip) <= tau; without one, across the priors the first
+round cannot rule out, as follows.
 
 For a 0/1-reward task with c passes in n rollouts and a label prior with candidate grid priors
-(decisions/label_prior.py), each candidate predicts the remaining K - n passes
+(decisions/priors/label.py), each candidate predicts the remaining K - n passes
 (GridPrior.predictive) and so P(keep at K). The task stops only when, under every candidate,
 the most likely decision at K is the same and its chance of being wrong is below delta: a
 label whose first round is consistent with both "these tasks never pass" and "they rarely
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.label_prior import LabelPrior
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.priors.label import LabelPrior
 
 
 def _flips(ex, cands, n: int, c: int, k: int, group_size: int, label: str, post_fn):
@@ -67,7 +67,7 @@ def robust_bayes_stop(
         return np.zeros(0, bool), np.zeros(0, bool), np.zeros(0)
     keys, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
     tau = (prior.stop_thresholds or {}).get(k)
-    # with the label's threshold: the point fit's P(flip) (decisions/stop_budget.py)
+    # with the label's threshold: the point fit's P(flip) (decisions/planning/stop_budget.py)
     test = flip_range if tau is None else point_flip
     rows = [test(ex, prior, int(a), int(b), k, group_size, label, post_fn) for a, b in keys]
     inverse = inverse.reshape(-1)

@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, label_binary, plan
+from rewardprof.decisions.planning.round_plan import (
+    AdaptiveSettings,
+    Plan,
+    Records,
+    label_binary,
+    plan,
+)
 
 
 class TaskRounds:
@@ -42,7 +48,7 @@ class TaskRounds:
         prior_keys: np.ndarray | None = None,
     ):
         self._settings, self._ex, self._priors = settings, ex, priors
-        # per task, the key of its prior (a warm-started task's own: decisions/warm_start.py)
+        # per task, the key of its prior (a warm-started task's own: decisions/priors/warm_start.py)
         self._prior_keys = None if prior_keys is None else np.asarray(prior_keys, dtype=object)
         self._pass_threshold = pass_threshold
         self._k = np.asarray(num_repeats, dtype=np.int64)

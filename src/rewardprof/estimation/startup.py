@@ -16,14 +16,12 @@ interrupted their last attempts are used, with a warning that the figure is like
 
 from __future__ import annotations
 
-import csv
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from rewardprof.store.shards import FIRST_ROUND, parse_shard_name, writer_prefixes
+from rewardprof.store.shards import FIRST_ROUND, writer_prefixes
 
 _PASS_SUFFIX = re.compile(r"-r\d+$")  # later passes of one job, as earlier adaptive jobs wrote
 
@@ -37,26 +35,19 @@ def _rollout_job_writer(writer: str) -> bool:
     return not str(writer).endswith(f"-{FIRST_ROUND}")
 
 
-def _benchmark_seconds(tsv: Path) -> float | None:
-    with tsv.open() as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    return float(rows[-1]["s"]) if rows else None
-
-
-def startup_overhead(benchmark_dir: Path, first: pd.Series, last: pd.Series) -> dict:
+def startup_overhead(
+    benchmarks: list[tuple[str, tuple[int, int], float]], first: pd.Series, last: pd.Series
+) -> dict:
     """{startup_overhead_s, jobs, attempts, interrupted_shards, warning} from the rollout
-    benchmarks and each writer's first request / last finish (indexed by writer id)."""
+    benchmarks ((name, shard (i, n), seconds) per rollout job, in name order: the benchmark
+    file's last row) and each writer's first request / last finish (indexed by writer id)."""
     writers = pd.DataFrame({"first": first, "last": last})
     writers = writers[[_rollout_job_writer(w) for w in writers.index]]
     writers["attempt"] = [attempt_of(w) for w in writers.index]
     spans = writers.groupby("attempt").agg(first=("first", "min"), last=("last", "max"))
     clean, resumed, interrupted = [], [], []
     attempts = 0
-    for tsv in sorted(benchmark_dir.glob("*.tsv")):
-        shard = parse_shard_name(tsv.name, "tsv")
-        seconds = _benchmark_seconds(tsv) if shard is not None else None
-        if shard is None or seconds is None:
-            continue
+    for name, shard, seconds in benchmarks:
         mine = spans[[str(a).startswith(writer_prefixes(*shard)) for a in spans.index]]
         if not len(mine):
             continue
@@ -64,7 +55,7 @@ def startup_overhead(benchmark_dir: Path, first: pd.Series, last: pd.Series) -> 
         final = mine.sort_values("first").iloc[-1]
         overhead = max(0.0, seconds - float(final["last"] - final["first"]))
         if len(mine) > 1:
-            interrupted.append(tsv.stem)
+            interrupted.append(name)
             resumed.append(overhead)
         else:
             clean.append(overhead)

@@ -4,17 +4,18 @@ interval, and the rollouts adaptive sampling would spend.
 Useful fraction at K: the share of tasks whose K rollouts are not all equal (so GRPO, and the
 export's default rules, can use them): E[1 - p^K - (1-p)^K] over the label's pass rates, a task
 of the full sweep being a new draw from the label. Estimated without assuming the prior family
-(tools/estimate_bootstrap.py: directly from the pilot's tasks when they have K rollouts, else
+(estimation/bootstrap.py: directly from the pilot's tasks when they have K rollouts, else
 extrapolated). The extrapolated interval includes the profile-likelihood range of the
-point-masses-plus-Beta family (decisions/posterior.py): the smallest and largest useful fraction
-over the priors whose marginal log-likelihood of the pilot is within chi2_1(level) / 2 of the
-maximum (1.92 at 95 %). An all-fail pilot thus gives [0, upper bound] rather than "no useful
+point-masses-plus-Beta family (decisions/priors/posterior.py): the smallest and largest useful
+fraction over the priors whose marginal log-likelihood of the pilot is within chi2_1(level) / 2 of
+the maximum (1.92 at 95 %). An all-fail pilot thus gives [0, upper bound] rather than "no useful
 task": 12 tasks x 4 rollouts, all failed, still allow a large share of tasks with a small pass
 rate.
 
 Adaptive rollouts: the expected rollouts per task of the `exact` and `bayes` stopping tests
-(decisions/adaptive.py) under the fitted prior, computed exactly over the distribution of (n, c)
-states round by round (each state's next round from its posterior predictive), no simulation.
+(decisions/planning/stop_tests.py) under the fitted prior, computed exactly over the distribution
+of (n, c) states round by round (each state's next round from its posterior predictive), no
+simulation.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from rewardprof.decisions.adaptive import bayes_stop, exact_stop
-from rewardprof.decisions.betafn import nelder_mead
-from rewardprof.decisions.grid_prior import GRID, fit_grid
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.posterior import (
+from rewardprof.decisions.planning.stop_budget import Rounds, expected_share, stop_threshold
+from rewardprof.decisions.planning.stop_tests import bayes_stop, exact_stop
+from rewardprof.decisions.priors.grid import GRID, fit_grid
+from rewardprof.decisions.priors.label import fit_label_priors
+from rewardprof.decisions.priors.posterior import (
     MixturePrior,
     fit_prior,
     grouped_counts,
@@ -40,8 +41,8 @@ from rewardprof.decisions.posterior import (
     prior_from_theta,
     theta_of,
 )
-from rewardprof.decisions.stop_budget import Rounds, expected_share, stop_threshold
-from rewardprof.tools.estimate_bootstrap import useful_direct, useful_extrapolated
+from rewardprof.decisions.statistics.solvers import nelder_mead
+from rewardprof.estimation.bootstrap import useful_direct, useful_extrapolated
 
 ROUND_SIZE = 2  # rollouts per task per adaptive round after the first (adaptive.round_size)
 
@@ -91,7 +92,7 @@ def likelihood_range(
 
 def useful_prediction(counts: list[tuple[int, int]], k: int, level: float = 0.95) -> dict:
     """Point estimate, interval and basis of the useful fraction at K (direct when every pilot
-    task has K rollouts, else extrapolated: tools/estimate_bootstrap.py), and the fitted prior
+    task has K rollouts, else extrapolated: estimation/bootstrap.py), and the fitted prior
     (which the adaptive rollout shares use)."""
     prior = fit_prior([x[0] for x in counts], [x[1] for x in counts])
     found = useful_direct(counts, k, level)
@@ -144,7 +145,7 @@ def variance_rollouts(value_counts: np.ndarray, k: int, first: int, round_size: 
     once its rewards differ: first, then round_size at a time while every reward so far is
     equal, up to k. P(the first m rewards are all equal) = sum over reward values v of
     E[q_v^m], q_v a task's chance of reward v; each E[q_v^m] from a grid prior
-    (decisions/grid_prior.py) fitted on the per-task counts of v. `value_counts`: [task, value]
+    (decisions/priors/grid.py) fitted on the per-task counts of v. `value_counts`: [task, value]
     counts of the pilot's scored rollouts."""
     counts = np.asarray(value_counts, dtype=np.int64)
     n = counts.sum(axis=1)
@@ -168,10 +169,10 @@ def adaptive_rollouts(
     """Expected share of k rollouts per task under exact and bayes with the config's adaptive
     settings (whichever mode it selects) under its export rules: for 0/1 rewards from the
     prior; for a label with other rewards (`value_counts` given: [task, value] counts) both
-    take the exact test (decisions/label_prior.py), from variance_rollouts where the rules
+    take the exact test (decisions/priors/label.py), from variance_rollouts where the rules
     allow, else every task runs to K. With the pilot's `counts` ((n, c) per task) and no
     posterior rule, bayes is predicted with the rule the run uses: the grid priors fitted on
-    them, the label's threshold (decisions/stop_budget.py) and the audit, whose tasks cost
+    them, the label's threshold (decisions/planning/stop_budget.py) and the audit, whose tasks cost
     what exact gives them."""
     ex, group_size, a = cfg.export, cfg.profile.group_size, cfg.adaptive
     if value_counts is not None:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rewardprof.decisions.keep_rules import KEEP, OpenTasks, decision_range, drop_reasons
-from rewardprof.decisions.posterior import MixturePrior, posterior, posterior_columns
+from rewardprof.decisions.priors.posterior import MixturePrior, posterior, posterior_columns
 
 MODES = ("off", "exact", "bayes")
 DEFAULT_DELTA = 0.02

@@ -7,9 +7,9 @@ So each label gets a threshold tau, fixed when its prior is fitted and recorded 
 0/1-reward task with c passes in n rollouts (n at least bayes_from, not settled by the rules)
 stops when the point fit's P(decision at K differs from the most likely one) is at most tau.
 tau is the largest value for which, under every candidate prior the first round cannot rule
-out (decisions/label_prior.py), the expected share of the label's tasks that stop on a flipped
+out (decisions/priors/label.py), the expected share of the label's tasks that stop on a flipped
 decision is at most delta. That expectation is a forward pass over the states (n, c) a task
-can reach in the planner's rounds (decisions/adaptive_plan.py): from the first round's
+can reach in the planner's rounds (decisions/planning/round_plan.py): from the first round's
 predictive distribution, each state either settles by the rules (no flip), stops by tau (a
 flip with the candidate's probability), or grows by a round. A label whose tasks have several
 priors (a warm start's keys: one per earlier count) shares its delta among them, one tau each:
@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.grid_prior import predictive_many
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.priors.grid import predictive_many
 
 
 @dataclass(frozen=True)
