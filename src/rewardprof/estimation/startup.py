@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from rewardprof.store.shards import FIRST_ROUND, writer_prefixes
+from rewardprof.store.shards import FIRST_ROUND, writer_prefix
 
 _PASS_SUFFIX = re.compile(r"-r\d+$")  # later passes of one job, as earlier adaptive jobs wrote
 
@@ -48,7 +48,7 @@ def startup_overhead(
     clean, resumed, interrupted = [], [], []
     attempts = 0
     for name, shard, seconds in benchmarks:
-        mine = spans[[str(a).startswith(writer_prefixes(*shard)) for a in spans.index]]
+        mine = spans[[str(a).startswith(writer_prefix(*shard)) for a in spans.index]]
         if not len(mine):
             continue
         attempts += len(mine)

@@ -53,8 +53,6 @@ from rewardprof.decisions.priors.posterior import grouped_counts
 TAU_GRID = tuple(round(0.1 * i, 1) for i in range(31))  # 0 .. 3 on the logit scale
 LEAK_GRID = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 SOURCE = "warm"
-# what an earlier profile must have (stages/profile.py writes them)
-EARLIER_COLUMNS = ("task_id", "num_rollouts", "num_passed")
 
 
 class PriorSet(dict):

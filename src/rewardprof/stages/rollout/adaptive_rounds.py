@@ -48,7 +48,6 @@ from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
 from rewardprof.decisions.priors.posterior import MixturePrior, fit_prior
 from rewardprof.decisions.priors.warm_start import (
-    EARLIER_COLUMNS,
     PriorSet,
     bayes_warm_labels,
     prior_keys_of,
@@ -58,6 +57,7 @@ from rewardprof.stages import StagePaths
 from rewardprof.stages.rollout.seeds import gen_key
 from rewardprof.store import plans
 from rewardprof.store.collected import resolve
+from rewardprof.store.earlier_profile import EARLIER_COLUMNS
 from rewardprof.store.journal import scan_journal
 
 
