@@ -158,20 +158,10 @@ def plan(
     of some tasks of a label alone (else derived from `records`); `prior_keys`: per task, the
     key of its prior in `priors` (default its label; a warm-started task's own key:
     decisions/priors/warm_start.py)."""
-    if settings.mode not in ("exact", "bayes"):
-        raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
-    if settings.mode == "exact" and uses_posterior(ex):
-        raise ValueError(
-            "adaptive mode exact cannot settle posterior keep rules (min_expected_signal, "
-            "min_signal_probability): their prior depends on rollouts not yet sampled; use bayes"
-        )
+    _check_inputs(settings, ex, labels, priors)
     k = np.asarray(num_repeats, dtype=np.int64)
     labels = np.asarray(labels, dtype=object)
     keys = labels if prior_keys is None else np.asarray(prior_keys, dtype=object)
-    if settings.mode == "bayes" or uses_posterior(ex):
-        for label in pd.unique(labels):
-            if label not in (priors or {}):
-                raise ValueError(f"adaptive: no prior for label {label!r}")
     limit = k if settings.stop_at is None else np.minimum(k, settings.stop_at)
     n_t = np.minimum(settings.first, limit)
     done = np.zeros(len(k), dtype=bool)
@@ -186,27 +176,16 @@ def plan(
         open_ = ~done & ~waiting
         if not open_.any():
             break
-        complete, n_ok, passes, distinct, binary = _prefix_stats(records, n_t, pass_threshold)
-        binary &= of_binary_label
+        complete, n_ok, passes, distinct, zero_one = _prefix_stats(records, n_t, pass_threshold)
+        zero_one &= of_binary_label
         ready = complete & label_settled
         waiting |= open_ & ~ready
         test = open_ & ready
-        at_k = n_t >= k
         # bayes' prior speaks only from bayes_from rollouts on
-        state = (n_ok, passes, distinct, binary, n_t >= np.minimum(settings.bayes_from, k))
-        settled, kept, by_prior = _settled(
-            settings, ex, k, (labels, keys), priors, *state, test & ~at_k
+        state = (n_ok, passes, distinct, zero_one, n_t >= np.minimum(settings.bayes_from, k))
+        finished, kept = _decided(
+            settings, ex, (k, n_t), (labels, keys), priors, state, test, audited
         )
-        # at K: the rules' decision on what the task has (as the export decides it)
-        _, kept_at_k, _ = _settled(
-            replace(settings, mode="exact"), ex, k, (labels, keys), priors, *state, test & at_k
-        )
-        # at K, too few scored rollouts: the export's no_rollouts drop
-        kept_at_k &= n_ok >= ex.min_rollouts
-        kept = np.where(at_k, kept_at_k, kept)
-        # audited: never stopped by the prior (a task the rules settle cannot flip: it stops)
-        settled &= ~(audited & by_prior)
-        finished = test & (settled | at_k)
         done |= finished
         keep[finished] = kept[finished]
         grow = test & ~finished
@@ -214,6 +193,40 @@ def plan(
         grow &= n_t < limit
         n_t = np.where(grow, np.minimum(n_t + settings.round_size, limit), n_t)
     return Plan(n_t, done, done & (n_t < k), keep)
+
+
+def _check_inputs(settings: AdaptiveSettings, ex, labels: np.ndarray, priors) -> None:
+    """ValueError for a plan that cannot be made: an unknown mode, exact with posterior keep
+    rules, a label without a prior where one is needed."""
+    if settings.mode not in ("exact", "bayes"):
+        raise ValueError(f"adaptive mode {settings.mode!r}: exact or bayes")
+    if settings.mode == "exact" and uses_posterior(ex):
+        raise ValueError(
+            "adaptive mode exact cannot settle posterior keep rules (min_expected_signal, "
+            "min_signal_probability): their prior depends on rollouts not yet sampled; use bayes"
+        )
+    if settings.mode == "bayes" or uses_posterior(ex):
+        for label in pd.unique(np.asarray(labels, dtype=object)):
+            if label not in (priors or {}):
+                raise ValueError(f"adaptive: no prior for label {label!r}")
+
+
+def _decided(settings, ex, k_n, labels_keys, priors, state, test, audited):
+    """(finished, keep) this round for the tasks in `test`; `k_n`: per task (K, its round
+    size); `state`: (ok rollouts, passes, distinct rewards, 0/1 rewards, eligible for the
+    prior's test)."""
+    k, n_t = k_n
+    at_k = n_t >= k
+    settled, kept, by_prior = _settled(settings, ex, k, labels_keys, priors, *state, test & ~at_k)
+    # at K: the rules' decision on what the task has (as the export decides it)
+    exact = replace(settings, mode="exact")
+    _, kept_at_k, _ = _settled(exact, ex, k, labels_keys, priors, *state, test & at_k)
+    # at K, too few scored rollouts: the export's no_rollouts drop
+    kept_at_k &= state[0] >= ex.min_rollouts
+    kept = np.where(at_k, kept_at_k, kept)
+    # audited: never stopped by the prior (a task the rules settle cannot flip: it stops)
+    settled &= ~(audited & by_prior)
+    return test & (settled | at_k), kept
 
 
 def _settled(settings, ex, k, labels_keys, priors, n_ok, passes, distinct, binary, eligible, test):
@@ -259,26 +272,9 @@ def _settled_states(settings, ex, k, labels_keys, priors, state, reps):
         prior = (priors or {}).get(key)
         if (settings.mode == "bayes" or uses_posterior(ex)) and prior is None:
             raise ValueError(f"adaptive: no prior for label {key!r}")
-        post_fn = None
-        if uses_posterior(ex):
-            post_fn = posterior_fn_for(
-                prior.mixture if isinstance(prior, LabelPrior) else prior,
-                level=settings.ci_level,
-                group_size=settings.group_size,
-                signal_threshold=settings.signal_threshold,
-            )
+        post_fn = _posterior_fn(settings, ex, prior)
         n, c = n_ok[rows], passes[rows]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
-        cols = {
-            "num_rollouts": n,
-            "pass_rate": rate,
-            "has_variance": distinct[rows] > 1,
-            "grpo_signal": 1.0 - rate**settings.group_size - (1.0 - rate) ** settings.group_size,
-            "label": np.full(len(rows), label, dtype=object),
-        }
-        if post_fn is not None:
-            cols.update(post_fn(n, c))
+        cols = _open_columns(settings, n, c, distinct[rows] > 1, label, post_fn)
         unknown = k[rows] - n
         can_keep, can_drop = decision_range(
             ex, OpenTasks(cols, c, unknown, binary[rows]), settings.group_size, post_fn
@@ -294,28 +290,61 @@ def _settled_states(settings, ex, k, labels_keys, priors, state, reps):
         keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
         if settings.mode == "bayes" and _stops_by_bayes(prior):
             by_k = np.flatnonzero(binary[rows] & eligible[rows] & ~exact)
-            stop_fn = robust_bayes_stop if isinstance(prior, LabelPrior) else bayes_stop
-            for kk in np.unique(k[rows][by_k]):
-                sel = by_k[k[rows][by_k] == kk]
-                stop, kept, _ = stop_fn(
-                    ex,
-                    prior,
-                    n[sel],
-                    c[sel],
-                    int(kk),
-                    settings.group_size,
-                    settings.delta,
-                    label,
-                    post_fn,
-                )
-                settled[at[sel]] = stop | exact[sel]
-                by_prior[at[sel]] = stop & ~exact[sel]
-                keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
+            found = (settled, keep, by_prior)
+            _bayes_stops(
+                settings, ex, (prior, label, post_fn), (k[rows], n, c, exact), at, by_k, found
+            )
         # the export drops a task with fewer than min_rollouts scored rollouts whatever they
         # say, and any rollout still to come may fail: a keep is settled only on enough of them
         settled[at] &= ~(keep[at] & (n < ex.min_rollouts))
         by_prior[at] &= settled[at]
     return settled, keep, by_prior
+
+
+def _posterior_fn(settings, ex, prior):
+    """The posterior columns' function of the posterior keep rules (None without them)."""
+    if not uses_posterior(ex):
+        return None
+    return posterior_fn_for(
+        prior.mixture if isinstance(prior, LabelPrior) else prior,
+        level=settings.ci_level,
+        group_size=settings.group_size,
+        signal_threshold=settings.signal_threshold,
+    )
+
+
+def _open_columns(settings, n, c, has_variance, label, post_fn) -> dict:
+    """The per-task columns the keep rules read, on the rollouts known so far."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
+    cols = {
+        "num_rollouts": n,
+        "pass_rate": rate,
+        "has_variance": has_variance,
+        "grpo_signal": 1.0 - rate**settings.group_size - (1.0 - rate) ** settings.group_size,
+        "label": np.full(len(n), label, dtype=object),
+    }
+    if post_fn is not None:
+        cols.update(post_fn(n, c))
+    return cols
+
+
+def _bayes_stops(settings, ex, prior_of, counts, at, by_k, found) -> None:
+    """The bayes test on the tasks `by_k` of one prior key (positions in `at`), per K: marks
+    `found` (settled, keep, by_prior) in place; `prior_of`: (prior, label, posterior fn);
+    `counts`: per task of the key (K, ok rollouts, passes, settled by the rules)."""
+    prior, label, post_fn = prior_of
+    k, n, c, exact = counts
+    settled, keep, by_prior = found
+    stop_fn = robust_bayes_stop if isinstance(prior, LabelPrior) else bayes_stop
+    for kk in np.unique(k[by_k]):
+        sel = by_k[k[by_k] == kk]
+        stop, kept, _ = stop_fn(
+            ex, prior, n[sel], c[sel], int(kk), settings.group_size, settings.delta, label, post_fn
+        )
+        settled[at[sel]] = stop | exact[sel]
+        by_prior[at[sel]] = stop & ~exact[sel]
+        keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
 
 
 def _stops_by_bayes(prior) -> bool:
