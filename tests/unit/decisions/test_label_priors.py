@@ -48,7 +48,7 @@ def _rec(rewards_per_task: list[list[float]]) -> Records:
 
 def test_a_task_at_k_with_failures_gets_the_export_decision():
     """Under bayes, rewards [0, 0, 0, failed] at K = 4: one decision, the export's."""
-    prior = {"a": MixturePrior(0.6, 0.1, 1.0, 1.0)}
+    prior = fit_label_priors(np.full(40, 4), np.arange(40) % 5, np.full(40, "a"), {"a": True})
     k, labels = np.array([4]), np.array(["a"], dtype=object)
     p = plan(BAYES, Export(), k, labels, _rec([[0.0, 0.0, 0.0, np.nan]]), prior)
     assert p.done[0] and not p.stopped_early[0]
@@ -70,17 +70,12 @@ def test_a_task_at_k_with_failures_gets_the_export_decision():
     assert bool(p.keep[0]) == export_keeps  # undecided_by_failures, kept per on_undecided
 
 
-@pytest.mark.parametrize("form", ["mixture", "label_prior"])
-def test_partial_credit_label_never_stops_a_zero_prefix_on_the_pass_predictive(form):
+def test_partial_credit_label_never_stops_a_zero_prefix_on_the_pass_predictive():
     # task 1's first round shows 0.5: the label is partial credit, so task 0's four 0s do not
     # settle "drop" (a later 0.5 would make it varied, hence kept at K)
     rewards = [[0.0] * 4, [0.5, 0.0, 0.0, 0.0]]
-    if form == "mixture":
-        prior = {"a": MixturePrior(0.9, 0.0, 1.0, 30.0)}
-    else:
-        fitted = fit_label_priors(np.full(40, 4), np.zeros(40), np.full(40, "a"), {"a": True})
-        prior = {"a": fitted["a"]}
-        prior = {"a": LabelPrior(**{**prior["a"].__dict__, "binary": False, "stop_mode": "exact"})}
+    fitted = fit_label_priors(np.full(40, 4), np.zeros(40), np.full(40, "a"), {"a": True})
+    prior = {"a": LabelPrior(**{**fitted["a"].__dict__, "binary": False, "stop_mode": "exact"})}
     k, labels = np.array([K, K]), np.array(["a", "a"], dtype=object)
     p = plan(BAYES, Export(), k, labels, _rec(rewards), prior)
     assert not p.done[0] and p.planned[0] > 4

@@ -20,11 +20,15 @@ from rewardprof.core.kinds import OK
 from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
 from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.decisions.priors.label import fit_label_priors
-from rewardprof.decisions.priors.posterior import MixturePrior, fit_prior
+from rewardprof.decisions.priors.posterior import fit_prior
 from rewardprof.stages.rollout.work import RoundsWork
 
 PLAN_K = 8
-PRIORS = {"a": MixturePrior(0.5, 0.2, 1.0, 1.0)}
+# bayes' LabelPrior for label "a", fitted on a first round of 2 rollouts over 30 tasks
+_N, _C = np.full(30, 2), np.array([0] * 12 + [1] * 8 + [2] * 10)
+PRIORS = fit_label_priors(
+    _N, _C, np.full(30, "a", dtype=object), {"a": True}, mixtures={"a": fit_prior(_N, _C)}
+)
 PLANNERS = {
     "exact": AdaptiveSettings("exact", first=2, round_size=2),
     "bayes": AdaptiveSettings("bayes", first=2, round_size=2, delta=0.05),
@@ -69,23 +73,11 @@ def test_the_planner_asks_for_the_same_pairs_whatever_order_rewards_arrive_in(mo
     assert (shuffled[1] == in_order[1]).all()  # the same decisions
 
 
-def _label_priors() -> dict:
-    """bayes' LabelPrior for label "a", fitted on a first round of 2 rollouts over 30 tasks."""
-    n = np.full(30, 2)
-    c = np.array([0] * 12 + [1] * 8 + [2] * 10)
-    labels = np.full(30, "a", dtype=object)
-    return fit_label_priors(n, c, labels, {"a": True}, mixtures={"a": fit_prior(n, c)})
-
-
-PRIOR_SETS = {"exact": None, "bayes": PRIORS, "bayes-label": None}  # bayes-label: _label_priors
-
-
 def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: int):
     """The rollout job's loop with the task planner: `workers` workers take request units as
     they are planned and return their results after a number of event-loop turns a seeded
     random chooses, so rounds of different tasks overlap in an arbitrary order."""
-    settings_ = PLANNERS["bayes" if mode.startswith("bayes") else mode]
-    priors = _label_priors() if mode == "bayes-label" else PRIOR_SETS[mode]
+    settings_, priors = PLANNERS[mode], PRIORS if mode == "bayes" else None
     tasks = len(rewards)
     k, labels = np.full(tasks, PLAN_K), np.full(tasks, "a", dtype=object)
     none = Records(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
@@ -132,7 +124,7 @@ def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: 
 
 @derandomized(30)
 @given(
-    mode=st.sampled_from(["exact", "bayes", "bayes-label"]),
+    mode=st.sampled_from(["exact", "bayes"]),
     rewards=st.lists(
         st.lists(st.sampled_from([0.0, 1.0, 0.5, np.nan]), min_size=PLAN_K, max_size=PLAN_K),
         min_size=1,
@@ -143,10 +135,9 @@ def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: 
 )
 def test_planning_task_by_task_samples_the_round_by_round_pairs(mode, rewards, seed, workers):
     rewards = np.array(rewards, dtype=float)
-    if mode == "bayes-label":  # a LabelPrior answers 0/1 for its label: keep the rewards so
+    if mode == "bayes":  # a LabelPrior answers 0/1 for its label: keep the rewards so
         rewards = np.where(rewards == 0.5, 1.0, rewards)
-    settings_ = PLANNERS["bayes" if mode.startswith("bayes") else mode]
-    priors = _label_priors() if mode == "bayes-label" else PRIOR_SETS[mode]
+    settings_, priors = PLANNERS[mode], PRIORS if mode == "bayes" else None
     tasks = len(rewards)
     k, labels = np.full(tasks, PLAN_K), np.full(tasks, "a", dtype=object)
     pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)

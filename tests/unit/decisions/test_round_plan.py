@@ -10,13 +10,14 @@ import yaml
 from rewardprof.core.config import ConfigError, Export
 from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
 from rewardprof.decisions.planning.stop_tests import keep_at
-from rewardprof.decisions.priors.posterior import MixturePrior
+from rewardprof.decisions.priors.label import fit_label_priors
 from rewardprof.manifest.load import validate_config
 
 K = 16
 EXACT = AdaptiveSettings("exact", first=2, round_size=2)
 BAYES = AdaptiveSettings("bayes", first=4, round_size=2, delta=0.05)
-PRIORS = {"a": MixturePrior(0.5, 0.2, 1.0, 1.0)}
+# label a's LabelPrior, fitted on a first round of 4 rollouts over 40 tasks
+PRIORS = fit_label_priors(np.full(40, 4), np.arange(40) % 5, np.full(40, "a"), {"a": True})
 
 
 def _paths(seed: int, tasks: int = 600) -> np.ndarray:

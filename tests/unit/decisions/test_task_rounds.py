@@ -16,16 +16,13 @@ from rewardprof.core.config import Export
 from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records
 from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
-from rewardprof.decisions.priors.posterior import MixturePrior
 
 K = 8
 EXACT = AdaptiveSettings("exact", first=2, round_size=2)
 BAYES = AdaptiveSettings("bayes", first=2, round_size=2, delta=0.05)
 _FITTED = fit_label_priors(np.full(40, 4), np.arange(40) % 5, np.full(40, "a"), {"a": True})["a"]
 PRIORS = {
-    # the older single-prior form: the labels' 0/1 flag comes from their first round
-    "mixture": {"a": MixturePrior(0.5, 0.2, 1.0, 1.0), "b": MixturePrior(0.3, 0.3, 2.0, 1.0)},
-    # LabelPriors say it, audit included
+    # LabelPriors say whether a label is 0/1, audit included
     "label": {
         "a": LabelPrior(**{**_FITTED.__dict__, "audit_share": 0.3}),
         "b": LabelPrior(**{**_FITTED.__dict__, "binary": False, "stop_mode": "exact"}),
@@ -36,7 +33,6 @@ _WARM = fit_label_priors(np.full(40, 4), np.full(40, 4), np.full(40, "a"), {"a":
 PRIORS["warm"] = {**PRIORS["label"], "a-warm": _WARM["a"]}
 CASES = {
     "exact": (EXACT, None),
-    "bayes-mixture": (BAYES, PRIORS["mixture"]),
     "bayes-label": (BAYES, PRIORS["label"]),
     "bayes-warm": (BAYES, PRIORS["warm"]),
 }

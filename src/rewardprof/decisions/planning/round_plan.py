@@ -35,9 +35,8 @@ import pandas as pd
 
 from rewardprof.decisions.keep_rules import OpenTasks, decision_range
 from rewardprof.decisions.planning.robust_stop import robust_bayes_stop
-from rewardprof.decisions.planning.stop_tests import DEFAULT_DELTA, bayes_stop, posterior_fn_for
+from rewardprof.decisions.planning.stop_tests import DEFAULT_DELTA, posterior_fn_for
 from rewardprof.decisions.priors.label import LabelPrior
-from rewardprof.decisions.priors.posterior import MixturePrior
 
 
 @dataclass(frozen=True)
@@ -145,15 +144,15 @@ def plan(
     num_repeats: np.ndarray,
     labels: np.ndarray,
     records: Records,
-    priors: dict[str, MixturePrior | LabelPrior] | None = None,
+    priors: dict[str, LabelPrior] | None = None,
     pass_threshold: float = 1.0,
     audit: np.ndarray | None = None,
     binary: np.ndarray | None = None,
     prior_keys: np.ndarray | None = None,
 ) -> Plan:
     """The plan for every task given the known results (see the module doc). `ex`: the export
-    config (keep rules); `priors`: label -> prior (LabelPrior; a MixturePrior is the older
-    single-prior form), needed by bayes and by posterior rules; `audit`: per task, never
+    config (keep rules); `priors`: label -> LabelPrior (adaptive/prior.json's `label_priors`),
+    needed by bayes and by posterior rules; `audit`: per task, never
     stopped early; `binary`: per task, its label's settled 0/1 flag (label_binary), for a plan
     of some tasks of a label alone (else derived from `records`); `prior_keys`: per task, the
     key of its prior in `priors` (default its label; a warm-started task's own key:
@@ -209,6 +208,11 @@ def _check_inputs(settings: AdaptiveSettings, ex, labels: np.ndarray, priors) ->
         for label in pd.unique(np.asarray(labels, dtype=object)):
             if label not in (priors or {}):
                 raise ValueError(f"adaptive: no prior for label {label!r}")
+    for key, prior in (priors or {}).items():
+        if not isinstance(prior, LabelPrior):
+            raise TypeError(
+                f"adaptive: the prior of {key!r} is a {type(prior).__name__}, not a LabelPrior"
+            )
 
 
 def _decided(settings, ex, k_n, labels_keys, priors, state, test, audited):
@@ -288,7 +292,7 @@ def _settled_states(settings, ex, k, labels_keys, priors, state, reps):
         settled[at] = exact
         # a task at K whose failures leave it undecided keeps per on_undecided
         keep[at] = np.where(exact, can_keep, ex.on_undecided == "keep")
-        if settings.mode == "bayes" and _stops_by_bayes(prior):
+        if settings.mode == "bayes" and prior.stop_mode == "bayes":
             by_k = np.flatnonzero(binary[rows] & eligible[rows] & ~exact)
             found = (settled, keep, by_prior)
             _bayes_stops(
@@ -306,7 +310,7 @@ def _posterior_fn(settings, ex, prior):
     if not uses_posterior(ex):
         return None
     return posterior_fn_for(
-        prior.mixture if isinstance(prior, LabelPrior) else prior,
+        prior.mixture,
         level=settings.ci_level,
         group_size=settings.group_size,
         signal_threshold=settings.signal_threshold,
@@ -336,17 +340,11 @@ def _bayes_stops(settings, ex, prior_of, counts, at, by_k, found) -> None:
     prior, label, post_fn = prior_of
     k, n, c, exact = counts
     settled, keep, by_prior = found
-    stop_fn = robust_bayes_stop if isinstance(prior, LabelPrior) else bayes_stop
     for kk in np.unique(k[by_k]):
         sel = by_k[k[by_k] == kk]
-        stop, kept, _ = stop_fn(
+        stop, kept, _ = robust_bayes_stop(
             ex, prior, n[sel], c[sel], int(kk), settings.group_size, settings.delta, label, post_fn
         )
         settled[at[sel]] = stop | exact[sel]
         by_prior[at[sel]] = stop & ~exact[sel]
         keep[at[sel]] = np.where(stop, kept, keep[at[sel]])
-
-
-def _stops_by_bayes(prior) -> bool:
-    """A LabelPrior says whether its label gets the bayes test (else the exact one)."""
-    return not isinstance(prior, LabelPrior) or prior.stop_mode == "bayes"

@@ -253,18 +253,15 @@ def write_priors(cfg: Config, paths: StagePaths) -> dict:
     return result
 
 
-def load_priors(path: Path | None) -> dict[str, LabelPrior | MixturePrior] | None:
+def load_priors(path: Path | None) -> PriorSet | None:
     """The priors adaptive-prior wrote (None: no file given): LabelPriors (a PriorSet, with
-    the warm start's task keys), or the single profile-family prior per label of a file
-    written before they existed."""
+    the warm start's task keys)."""
     if path is None:
         return None
     data = json.loads(path.read_text())
-    if "label_priors" in data:
-        keys = (data.get("warm_start") or {}).get("task_keys")
-        priors = {lbl: LabelPrior.from_dict(d) for lbl, d in data["label_priors"].items()}
-        return PriorSet(priors, keys)
-    return {label: MixturePrior.from_dict(d) for label, d in data["labels"].items()}
+    keys = (data.get("warm_start") or {}).get("task_keys")
+    priors = {lbl: LabelPrior.from_dict(d) for lbl, d in data["label_priors"].items()}
+    return PriorSet(priors, keys)
 
 
 def journal_records(
