@@ -14,8 +14,10 @@ CONFIDENCE = 0.95
 
 
 def log_choose(m: int, j: np.ndarray) -> np.ndarray:
-    """log C(m, j) for every j (lgamma; exact enough for the m <= 4096 rollouts of a task)."""
-    return np.array([math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in j])
+    """log C(m, j) for every j (lgamma; exact enough for the m <= 4096 rollouts of a task).
+    The denominator is summed first, as the histogram prior always did: its credible intervals
+    (profile columns) keep their bits."""
+    return math.lgamma(m + 1) - np.array([math.lgamma(k + 1) + math.lgamma(m - k + 1) for k in j])
 
 
 def clopper_pearson(flips: int, total: int, level: float = CONFIDENCE) -> tuple[float, float]:
