@@ -23,8 +23,8 @@ import sys
 import types
 from pathlib import Path
 
-from rewardprof.environments import verifiable_instructions as vi
-from rewardprof.environments.instruction_checks import registries
+from rewardprof.environments.instruction_following import verifiable_instructions as vi
+from rewardprof.environments.instruction_following.checks import registries
 
 WORDS = "the cat sat on a mat Sure done Hello world racecar level x y Apple [a] [b] <<t>> <<u>>"
 SEPARATORS = [". ", "\n\n", "\n***\n", "! ", "? ", "-", ", ", "******"]

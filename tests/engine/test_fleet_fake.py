@@ -17,8 +17,8 @@ from engine_helpers import fake_engine_python, new_mark
 from helpers import wait_for
 
 from rewardprof.engine.endpoints import read_endpoints
-from rewardprof.engine.fleet import FleetPaths
 from rewardprof.engine.host import processes_with_env
+from rewardprof.store.layout import FleetLayout, RunLayout
 
 REWARDPROF = str(Path(sys.executable).parent / "rewardprof")
 
@@ -37,7 +37,7 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _replica(paths: FleetPaths, i: int) -> dict:
+def _replica(paths: FleetLayout, i: int) -> dict:
     try:
         return json.loads(paths.replica(i).read_text())
     except (OSError, ValueError):
@@ -61,7 +61,7 @@ def test_fleet_start_failover_stop(tmp_path):
         "fleet": {"replicas": 2, "restarts": 1},
     }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    paths = FleetPaths(tmp_path / "results" / "f")
+    paths = FleetLayout(RunLayout(tmp_path / "results" / "f"))
     try:
         out = _fleet("start", "--config", "c.yaml", "--wait", "120", cwd=tmp_path)
         assert out.returncode == 0, out.stderr

@@ -17,13 +17,12 @@ from engine_helpers import MODEL, make_shard, models_dir, new_mark
 from helpers import wait_for
 
 from rewardprof.engine.endpoints import read_endpoints
-from rewardprof.engine.fleet import FleetPaths
 from rewardprof.engine.host import processes_with_env
 from rewardprof.engine.session import engine_session
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import FleetLayout, RunLayout
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)
@@ -44,7 +43,7 @@ def test_two_replicas_give_the_rewards_of_one(models_dir, tmp_path):
     data, shard = make_shard(tmp_path, K)
     name, value, needle = new_mark()
     run_dir = tmp_path / "results" / "t"
-    endpoints = FleetPaths(run_dir).endpoints
+    endpoints = FleetLayout(RunLayout(run_dir)).endpoints
     engine = {
         "mode": "endpoint",
         "endpoints_file": str(endpoints),

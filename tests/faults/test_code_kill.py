@@ -28,7 +28,7 @@ import pytest
 from harness import shardkit as kit
 from helpers import require_piece
 
-from rewardprof.environments.sandbox_cleanup import PREFIX, UID_BASE, runs, start_time
+from rewardprof.environments.sandbox.cleanup import PREFIX, UID_BASE, runs, start_time
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import StagePaths, materialize
 from rewardprof.testing.fake_server import FakeOpenAI
@@ -92,6 +92,37 @@ def alive(pid: int, started: int | None) -> bool:
     return started is not None and runs(pid, started)
 
 
+def code_config(base_url: str, mechanism: str):
+    """One code task, one rollout, one verification worker, on the fake server."""
+    return validate_config(
+        {
+            "run": "k",
+            "num_shards": 1,
+            "entries": [
+                {
+                    "label": "c",
+                    "environment": "code",
+                    "source": "data/code.jsonl",
+                    "num_repeats": 1,
+                    "options": {"timeout_s": 3600, "sandbox": mechanism},
+                }
+            ],
+            "engine": {"mode": "endpoint", "base_url": base_url, "model": MODEL},
+            "rollout": {"verify_workers": 1, "progress_interval_s": 3600},
+        },
+        origin="test",
+    )
+
+
+def wait_until_gone(started: dict[int, int | None], what: str) -> None:
+    """Poll until none of `started` (pid -> start time) runs (the kernel kills
+    asynchronously); fail past the liveness bound."""
+    deadline = time.monotonic() + LIVENESS_S
+    while any(alive(p, s) for p, s in started.items()):
+        assert time.monotonic() < deadline, f"{what} outlived the job"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("mechanism", ["bubblewrap", "launcher"])
 def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
     if mechanism == "bubblewrap":
@@ -102,24 +133,7 @@ def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
     (tmp_path / "data" / "code.jsonl").write_text(json.dumps(row) + "\n")
     answers = iter([sleeper(marker)])
     with FakeOpenAI(answer=lambda prompt, seed: next(answers, HONEST), model=MODEL) as server:
-        cfg = validate_config(
-            {
-                "run": "k",
-                "num_shards": 1,
-                "entries": [
-                    {
-                        "label": "c",
-                        "environment": "code",
-                        "source": "data/code.jsonl",
-                        "num_repeats": 1,
-                        "options": {"timeout_s": 3600, "sandbox": mechanism},
-                    }
-                ],
-                "engine": {"mode": "endpoint", "base_url": server.base_url, "model": MODEL},
-                "rollout": {"verify_workers": 1, "progress_interval_s": 3600},
-            },
-            origin="test",
-        )
+        cfg = code_config(server.base_url, mechanism)
         tasks = tmp_path / "tasks.parquet"
         materialize.run(
             cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
@@ -147,17 +161,11 @@ def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
         assert job.wait(LIVENESS_S) == -signal.SIGKILL
         # the workers die with the job (parent-death signal; polled: the kernel delivers it as
         # the job exits, the worker ends a moment later); the rerun's sweep needs them gone
-        deadline = time.monotonic() + LIVENESS_S
-        while any(alive(w, s) for w, s in worker_started.items()):
-            assert time.monotonic() < deadline, "verification workers outlived the job"
-            time.sleep(0.05)
+        wait_until_gone(worker_started, "verification workers")
         if mechanism == "bubblewrap":
             # gone at once: the worker dies with the job, bwrap with the worker, the PID
-            # namespace with bwrap (polled: the kernel finishes the kills asynchronously)
-            deadline = time.monotonic() + LIVENESS_S
-            while any(alive(p, s) for p, s in started.items()):
-                assert time.monotonic() < deadline, "sandboxed processes outlived the job"
-                time.sleep(0.05)
+            # namespace with bwrap
+            wait_until_gone(started, "sandboxed processes")
 
         rerun = subprocess.run(cmd, capture_output=True, timeout=LIVENESS_S, check=False)
         assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]

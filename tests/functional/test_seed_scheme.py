@@ -14,7 +14,7 @@ from harness import shardkit as kit
 
 from rewardprof.core.config import ConfigError
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.rollout import runner as runner_mod
+from rewardprof.stages.rollout import request_bodies, runner
 from rewardprof.stages.rollout.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
@@ -70,8 +70,8 @@ def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypat
         tasks = kit.make_tasks(tmp_path, cfg, 4)
         journal = tmp_path / "journal"
         with monkeypatch.context() as m:  # the code of seed scheme 1
-            m.setattr(runner_mod, "task_seed", _scheme1_task_seed)
-            m.setattr(runner_mod, "gen_key", legacy_gen_key)
+            m.setattr(request_bodies, "task_seed", _scheme1_task_seed)
+            m.setattr(runner, "gen_key", legacy_gen_key)
             run_shard(
                 ShardJob(cfg, tasks, journal, tmp_path / "old.parquet", "0-of-1"), kit.engine(cfg)
             )

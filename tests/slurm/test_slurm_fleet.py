@@ -21,8 +21,8 @@ from helpers import math_row, require_piece, snakemake, wait_for, write_jsonl
 from slurm_helpers import slurm_available
 
 from rewardprof.engine.endpoints import read_endpoints
-from rewardprof.engine.fleet import FleetPaths
 from rewardprof.engine.host import processes_with_env
+from rewardprof.store.layout import FleetLayout, RunLayout
 from rewardprof.testing.vllm_standin import write_standin_python
 
 pytestmark = pytest.mark.slurm
@@ -74,7 +74,7 @@ def test_a_fleet_on_slurm_serves_a_run_and_stops_with_its_job(tmp_path):
     }
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    paths = FleetPaths(tmp_path / "results" / "f")
+    paths = FleetLayout(RunLayout(tmp_path / "results" / "f"))
     job = None
     try:
         out = _fleet("start", "--config", "c.yaml", "--wait", "240", cwd=tmp_path)

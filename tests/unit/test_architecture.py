@@ -227,17 +227,23 @@ def _private_reaches(module: str, tree: ast.Module) -> list[str]:
 
 def test_the_private_check_finds_reaches():
     tree = ast.parse(
-        "from rewardprof.environments import _code_wire\n"
+        "from rewardprof.environments.code import _wire\n"
         "from rewardprof.store.journal import _scan\n"
-        "import rewardprof.environments._code_values\n"
+        "import rewardprof.environments.code._values\n"
     )
     assert _private_reaches("rewardprof.tools.check", tree) == [
-        "rewardprof.tools.check -> rewardprof.environments._code_wire",
+        "rewardprof.tools.check -> rewardprof.environments.code._wire",
         "rewardprof.tools.check -> rewardprof.store.journal._scan",
-        "rewardprof.tools.check -> rewardprof.environments._code_values",
+        "rewardprof.tools.check -> rewardprof.environments.code._values",
     ]
-    assert _private_reaches("rewardprof.environments.code", tree) == [
-        "rewardprof.environments.code -> rewardprof.store.journal._scan",
+    # a sibling in environments/ is outside the code package too
+    assert _private_reaches("rewardprof.environments.math", tree) == [
+        "rewardprof.environments.math -> rewardprof.environments.code._wire",
+        "rewardprof.environments.math -> rewardprof.store.journal._scan",
+        "rewardprof.environments.math -> rewardprof.environments.code._values",
+    ]
+    assert _private_reaches("rewardprof.environments.code.harness", tree) == [
+        "rewardprof.environments.code.harness -> rewardprof.store.journal._scan",
     ]
 
 

@@ -18,7 +18,7 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.core.overrides import typed_overrides
 from rewardprof.core.redaction import refuse_written_passwords
 from rewardprof.engine.preflight import endpoint_problem
-from rewardprof.environments.instruction_checks import PUNKT, nltk_installed
+from rewardprof.environments.instruction_following.checks import PUNKT, nltk_installed
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.checks import check_sources
 from rewardprof.stages import StagePaths, materialize

@@ -23,9 +23,9 @@ SHARED = {
 # programs the sandbox or the code harness runs (each reads its argv and pipes when
 # imported), not modules
 NOT_MODULES = {
-    "rewardprof.environments._sandbox_launcher",
-    "rewardprof.environments._sandbox_runner",
-    "rewardprof.environments._code_judge",
+    "rewardprof.environments.sandbox._launcher",
+    "rewardprof.environments.code._runner",
+    "rewardprof.environments.code._judge",
     # a script the engine interpreter runs as a file: it imports torch, which the core lacks
     "rewardprof.train.scripts.grpo_torch",
 }
@@ -33,9 +33,9 @@ NOT_MODULES = {
 # importable, so its exceptions cannot derive from RewardprofError (the harness turns each one
 # into a test's outcome; none leaves it)
 STDLIB_ONLY = {
-    "rewardprof.environments._code_wire",
-    "rewardprof.environments._code_values",
-    "rewardprof.environments._code_remote",
+    "rewardprof.environments.code._wire",
+    "rewardprof.environments.code._values",
+    "rewardprof.environments.code._remote",
 }
 
 

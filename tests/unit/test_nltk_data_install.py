@@ -14,7 +14,7 @@ import pytest
 from helpers import require_piece
 
 from rewardprof import cli
-from rewardprof.environments.instruction_checks import NLTK_PATHS, TAGGER, nltk_installed
+from rewardprof.environments.instruction_following.checks import NLTK_PATHS, TAGGER, nltk_installed
 from rewardprof.tools import nltk_data, nltk_tagger
 
 PREFIX = "llama_index/core/_static/nltk_cache/"

@@ -3,9 +3,10 @@ fleet start`, tools/fleet.py, as a background process or inside one long Slurm j
 
 It runs replicas of the engine the config describes (`engine.model`, `serve_args`, `python`,
 `host`: serve mode's server, rewardprof.engine.server) and publishes the ones that are ready in
-`results/<run>/fleet/endpoints.json` (`{"endpoints": [...]}`, written atomically) for rollout
-jobs in endpoint mode (`engine.endpoints_file`). The model loads once per sweep, not once per
-shard job.
+the endpoints file (`{"endpoints": [...]}`, written atomically) for rollout jobs in endpoint
+mode (`engine.endpoints_file`). The model loads once per sweep, not once per shard job. Its
+files, under `results/<run>/fleet/`, are named by store/layout.py (`FleetLayout`) and handed
+over by tools/fleet.py (`FleetFiles`).
 
 - Each replica's keeper thread writes `fleet/replicas/<i>.json` (its URL and state: starting,
   ready, dead, stopped). One process, the publisher (the only one locally; rank 0 of a Slurm
@@ -29,6 +30,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
@@ -40,21 +42,19 @@ log = logging.getLogger("rewardprof.fleet")
 PUBLISH_EVERY_S = 1.0
 
 
-class FleetPaths:
-    """The files of a run's fleet, under results/<run>/fleet/."""
+@runtime_checkable
+class FleetFiles(Protocol):
+    """The files a fleet reads and writes, named and handed over by its caller
+    (store/layout.py `FleetLayout`, built by tools/fleet.py): the engine names no file of a
+    run directory."""
 
-    def __init__(self, run_dir: str | Path):
-        self.dir = Path(run_dir) / "fleet"
-        self.endpoints = self.dir / "endpoints.json"
-        self.state = self.dir / "fleet.json"  # how it was started: pid or Slurm job id
-        self.stop = self.dir / "stop"
-        self.replicas = self.dir / "replicas"
+    endpoints: Path  # the published list (engine/endpoints.py's format)
+    stop: Path  # the fleet stops when it exists
+    replicas: Path  # the directory of the replicas' files
 
-    def replica(self, i: int) -> Path:
-        return self.replicas / f"{i}.json"
+    def replica(self, i: int) -> Path: ...  # replica i's URL and state, written by its keeper
 
-    def replica_log(self, i: int) -> Path:
-        return self.dir / f"replica-{i}.log"
+    def replica_log(self, i: int | str) -> Path: ...  # replica i's server log ("*": them all)
 
 
 class _Replica(VLLMServer):
@@ -76,7 +76,7 @@ def published_url(server: VLLMServer) -> str:
 class Keeper(threading.Thread):
     """Starts replica `index`, keeps its file up to date, restarts it when it dies."""
 
-    def __init__(self, cfg: Config, paths: FleetPaths, index: int, stopping: threading.Event):
+    def __init__(self, cfg: Config, paths: FleetFiles, index: int, stopping: threading.Event):
         super().__init__(name=f"replica-{index}", daemon=True)
         self.cfg, self.paths, self.index, self.stopping = cfg, paths, index, stopping
         self.server: _Replica | None = None
@@ -135,7 +135,7 @@ class Keeper(threading.Thread):
         self._state("stopped")
 
 
-def ready_urls(paths: FleetPaths, indices: range) -> list[str]:
+def ready_urls(paths: FleetFiles, indices: range) -> list[str]:
     """The URLs of the replicas whose file says ready, by index."""
     urls = []
     for i in indices:
@@ -157,10 +157,9 @@ def to_publish(ready: list[str], published: list[str] | None) -> list[str]:
     return ready if ready or not published else published
 
 
-def serve_fleet(cfg: Config, run_dir: str | Path, ranks: list[int], publisher: bool) -> int:
+def serve_fleet(cfg: Config, paths: FleetFiles, ranks: list[int], publisher: bool) -> int:
     """Run the replicas `ranks` until SIGTERM/SIGINT or the stop file; the publisher also
-    writes endpoints.json. Returns the exit code."""
-    paths = FleetPaths(run_dir)
+    writes the endpoints file. Returns the exit code."""
     paths.replicas.mkdir(parents=True, exist_ok=True)
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -185,7 +184,7 @@ def serve_fleet(cfg: Config, run_dir: str | Path, ranks: list[int], publisher: b
                     log.info("fleet: publishing %d of %d replicas", len(urls), len(everyone))
                     published = urls
             if not any(k.is_alive() for k in keepers):
-                log.error("fleet: no replica left running (see %s/replica-*.log)", paths.dir)
+                log.error("fleet: no replica left running (see %s)", paths.replica_log("*"))
                 return 1
     finally:
         stopping.set()

@@ -1,9 +1,11 @@
 """Environment registry: built-ins by name, third-party ones through an entry-point group.
 
 A third-party package registers `[project.entry-points."rewardprof.environments"]
-my_env = "my_pkg.my_module:MyEnvironment"`; a built-in is one line in BUILTIN below. Config
-validation imports an environment's module to read its `Options` model, so a module keeps its
-verifier library's import inside the functions that use it.
+my_env = "my_pkg.my_module:MyEnvironment"`; a built-in is one line in BUILTIN below and one
+module of this package, or one sub-package whose `__init__.py` is the environment (its other
+modules the environment's parts: `code/`). Config validation imports an environment's module to
+read its `Options` model, so a module keeps its verifier library's import inside the functions
+that use it.
 """
 
 from __future__ import annotations

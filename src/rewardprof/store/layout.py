@@ -19,6 +19,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rewardprof.store.shards import parse_shard_name, shard_name
@@ -157,3 +158,80 @@ class RunLayout:
 
     def shard_benchmark(self, stage: str, i: int | str, n: int | str | None = None) -> Path:
         return self.shard_benchmarks_dir(stage) / shard_name(i, self._n(n), "tsv")
+
+
+def current_num_shards(layout: RunLayout) -> int | None:
+    """The shard count the run directory is at: the layout written last (None when no file
+    names one). Every file that names a layout counts, at its modification time: the rollout
+    jobs' heartbeats, the shard files, the shard outputs, and the merge report (the layout of
+    the shards it merged, when they are of one).
+
+    Written last, not the merge report's first, because a reshard (or a rerun at another N)
+    writes its shard files and heartbeats while an older layout's files and merge report are
+    still there: `rewardprof status` must show the layout under way, and `rewardprof check`
+    checks the layout the directory is being built at. Once merged, the merge report is the
+    newest file and names the merged layout; with files of one layout, it is that one whatever
+    the times. `rewardprof check` used to prefer the merge report and to refuse several layouts
+    without one; `rewardprof status` did not count the outputs or the merge report."""
+    written: dict[int, float] = {}  # shard count -> its newest file's mtime
+    for directory, suffix in (
+        (layout.shard_status(0, 1).parent, "json"),
+        (layout.shards_dir, "parquet"),
+        (layout.rollouts_dir, "parquet"),
+    ):
+        if directory.is_dir():
+            for p in directory.iterdir():
+                if parsed := parse_shard_name(p.name, suffix):
+                    written[parsed[1]] = max(written.get(parsed[1], 0.0), p.stat().st_mtime)
+    if layout.merge_report.exists():
+        merged = json.loads(layout.merge_report.read_text()).get("shards") or []
+        ns = {parsed[1] for s in merged if (parsed := parse_shard_name(Path(s).name))}
+        if len(ns) == 1:
+            n = ns.pop()
+            written[n] = max(written.get(n, 0.0), layout.merge_report.stat().st_mtime)
+    return max(written, key=written.__getitem__) if written else None
+
+
+class FleetLayout:
+    """fleet/ of a run directory: the files of its shared engine fleet. `rewardprof fleet`
+    (tools/fleet.py) builds it and hands it to the fleet it serves (engine/fleet.py takes it as
+    its `FleetFiles`: the engine names no file of a run directory)."""
+
+    def __init__(self, run: RunLayout):
+        self.dir = directory = run.root / "fleet"
+        # the published replicas, {"endpoints": [...]}: rollout jobs' engine.endpoints_file
+        self.endpoints = directory / "endpoints.json"
+        self.state = directory / "fleet.json"  # how it was started: pid or Slurm job id
+        self.stop = directory / "stop"  # every fleet process stops when it sees it
+        self.replicas = directory / "replicas"
+        self.log = directory / "fleet.log"  # launcher local: the fleet process's output
+        self.sbatch_script = directory / "fleet.sbatch"  # launcher slurm: the fleet's job
+
+    def replica(self, i: int) -> Path:
+        """replicas/<i>.json: replica i's URL and state, written by its keeper."""
+        return self.replicas / f"{i}.json"
+
+    def replica_log(self, i: int | str) -> Path:
+        """replica-<i>.log: replica i's server log (i="*": the pattern of them all)."""
+        return self.dir / f"replica-{i}.log"
+
+    def slurm_log(self, job: str) -> Path:
+        """slurm-<job>.log: the fleet job's log (job="%j": sbatch's pattern for it)."""
+        return self.dir / f"slurm-{job}.log"
+
+
+class GrpoStepLayout:
+    """What `rewardprof grpo-step RUN_DIR` writes into a run directory (train/step.py,
+    train/refit.py, docs/training.md)."""
+
+    def __init__(self, run: RunLayout):
+        self.result = run.root / "grpo_step.json"  # the step's numbers
+        self.dir = run.root / "grpo_step"
+        self.model = self.dir / "model"  # --serve: the stepped weights the engine refits on
+        self.refit_config = self.dir / "refit.yaml"  # the run's config on the stepped policy
+        self.engine_logs = run.log("grpo_step").with_suffix("")  # logs/grpo_step/
+
+    def engine_log(self, weights: str) -> Path:
+        """logs/grpo_step/engine-<weights>.log: the engine serving the weights before or after
+        the step."""
+        return self.engine_logs / f"engine-{weights}.log"

@@ -30,36 +30,21 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import RunLayout, current_num_shards
 from rewardprof.store.plans import read_plans
-from rewardprof.store.shards import parse_shard_name, shard_of
+from rewardprof.store.shards import shard_of
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.check_episodes import check_episodes
 
 
-def _shard_counts(directory: Path) -> set[int]:
-    """The shard counts n of the <i>-of-<n>.parquet files in a directory."""
-    if not directory.is_dir():
-        return set()
-    return {parsed[1] for p in directory.iterdir() if (parsed := parse_shard_name(p.name))}
-
-
 def _num_shards(layout: RunLayout, given: int | None, problems: list[str]) -> int | None:
-    if given:
-        return given
-    if layout.merge_report.exists():
-        shards = json.loads(layout.merge_report.read_text()).get("shards") or []
-        ns = {parsed[1] for s in shards if (parsed := parse_shard_name(Path(s).name))}
-        if len(ns) == 1:
-            return ns.pop()
-    found = sorted(_shard_counts(layout.rollouts_dir) | _shard_counts(layout.shards_dir))
-    if len(found) == 1:
-        return found[0]
-    problems.append(
-        f"{layout.root}: cannot tell the shard count (layouts found: {found or 'none'}); "
-        f"pass --num-shards"
-    )
-    return None
+    """The shard count to check: given, else the layout written last (store/layout.py)."""
+    n = given or current_num_shards(layout)
+    if n is None:
+        problems.append(
+            f"{layout.root}: cannot tell the shard count (layouts found: none); pass --num-shards"
+        )
+    return n
 
 
 def _keys(path: Path, cols: list[str]) -> dict[str, np.ndarray]:
@@ -126,15 +111,37 @@ def _duplicates(where: str, ti: np.ndarray, ri: np.ndarray, problems: list[str])
 def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[str], dict]:
     """All problems found (empty when the run directory is sound) and a few counts."""
     layout = RunLayout(run_dir)
-    problems: list[str] = []
-    tasks_path, report_path = layout.tasks, layout.materialize_report
-    for p in (tasks_path, report_path):
+    for p in (layout.tasks, layout.materialize_report):
         if not p.exists():
             return [f"{p}: missing (not a materialized run directory)"], {}
-    tasks = _Tasks(tasks_path)
-    report = json.loads(report_path.read_text())
+    problems: list[str] = []
+    tasks = _Tasks(layout.tasks)
+    report = json.loads(layout.materialize_report.read_text())
+    _check_tasks_table(layout, tasks, report, problems)
+    n = _num_shards(layout, num_shards, problems)
+    counts: dict[str, Any] = {"tasks": tasks.T, "num_shards": n}
+    shard_keys: list[np.ndarray] = []
+    if n is not None:
+        _check_shard_tasks(layout, n, tasks, problems)
+        shard_keys = _check_shard_outputs(layout, n, tasks, problems)
+    union = np.concatenate(shard_keys) if shard_keys else np.empty(0, np.int64)
+    _check_gen_keys(_gen_keys_by_file(layout, n), problems)
+    present = _check_merged(layout, n, tasks, union, problems)
+    counts["rollouts"] = len(present)
+    if n is not None:
+        _use_planned_repeats(layout, n, tasks)
+    _check_labels(report, tasks, present, problems)
+    counts["episodes"] = check_episodes(layout.rollouts, report, problems)
+    counts["warnings"] = audit_warnings(layout)
+    return problems, counts
+
+
+def _check_tasks_table(layout: RunLayout, tasks: _Tasks, report: dict, problems: list[str]) -> None:
+    """The tasks table is indexed 0..T-1 and the materialize report's ranges cover it, each
+    range's tasks labelled as its entry."""
     if not np.array_equal(tasks.index, np.arange(tasks.T)):
-        problems.append(f"{tasks_path}: task_index is not 0..{tasks.T - 1} in order")
+        problems.append(f"{layout.tasks}: task_index is not 0..{tasks.T - 1} in order")
+    report_path = layout.materialize_report
     expect = 0
     for e in report["entries"]:
         if e["start"] != expect or e["end"] < e["start"]:
@@ -152,51 +159,52 @@ def check_run(run_dir: str | Path, num_shards: int | None = None) -> tuple[list[
     if expect != tasks.T:
         problems.append(f"{report_path}: entries cover [0, {expect}) but there are {tasks.T} tasks")
 
-    n = _num_shards(layout, num_shards, problems)
-    counts: dict[str, Any] = {"tasks": tasks.T, "num_shards": n}
-    shard_keys: list[np.ndarray] = []
-    if n is not None:
-        _check_shard_tasks(layout, n, tasks, problems)
-        shard_keys = _check_shard_outputs(layout, n, tasks, problems)
-    union = np.concatenate(shard_keys) if shard_keys else np.empty(0, np.int64)
 
-    merged_path = layout.rollouts
+def _gen_keys_by_file(layout: RunLayout, n: int | None) -> dict[str, dict[str, int]]:
+    """gen_key -> rollouts, of each shard output there is and of the merged dataset."""
     keys_by_file: dict[str, dict[str, int]] = {}
     if n is not None:
         for p in layout.all_shard_rollouts(n):
             if p.exists():
                 keys_by_file[str(p)] = _gen_keys(p)
-    if merged_path.exists():
-        keys_by_file[str(merged_path)] = _gen_keys(merged_path)
-    _check_gen_keys(keys_by_file, problems)
-    if merged_path.exists():
-        k = _keys(merged_path, ["task_index", "rollout_index", "task_id"])
-        _rollout_problems(str(merged_path), k, tasks, problems)
-        merged = _pair_keys(k["task_index"], k["rollout_index"])
-        if n is not None:
-            only_merged = np.setdiff1d(merged, union)
-            only_shards = np.setdiff1d(union, merged)
-            if len(only_merged) or len(only_shards) or len(merged) != len(union):
-                problems.append(
-                    f"{merged_path}: not the union of the shard outputs "
-                    f"({len(only_merged)} pairs only in the merge, "
-                    f"{len(only_shards)} only in the shards; {len(merged)} rows "
-                    f"vs {len(union)})"
-                )
-        present = merged
-    else:
+    if layout.rollouts.exists():
+        keys_by_file[str(layout.rollouts)] = _gen_keys(layout.rollouts)
+    return keys_by_file
+
+
+def _check_merged(
+    layout: RunLayout, n: int | None, tasks: _Tasks, union: np.ndarray, problems: list[str]
+) -> np.ndarray:
+    """The merged dataset's rollouts checked, and checked to be the union of the shard outputs
+    (their pair keys, `union`). Returns the pair keys the run holds: the merged dataset's, else
+    the shard outputs'."""
+    merged_path = layout.rollouts
+    if not merged_path.exists():
         problems.append(f"{merged_path}: missing (run the merge)")
-        present = union
-    counts["rollouts"] = len(present)
-    if n is not None:  # adaptive sampling: a task is complete with its planned rollouts
-        plans = read_plans([p for p in layout.all_shard_rollouts(n) if p.exists()])
-        if plans is not None:
-            planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
-            tasks.repeats = planned.fillna(pd.Series(tasks.repeats)).to_numpy(np.int64)
-    _check_labels(report, tasks, present, problems)
-    counts["episodes"] = check_episodes(merged_path, report, problems)
-    counts["warnings"] = audit_warnings(layout)
-    return problems, counts
+        return union
+    k = _keys(merged_path, ["task_index", "rollout_index", "task_id"])
+    _rollout_problems(str(merged_path), k, tasks, problems)
+    merged = _pair_keys(k["task_index"], k["rollout_index"])
+    if n is not None:
+        only_merged = np.setdiff1d(merged, union)
+        only_shards = np.setdiff1d(union, merged)
+        if len(only_merged) or len(only_shards) or len(merged) != len(union):
+            problems.append(
+                f"{merged_path}: not the union of the shard outputs "
+                f"({len(only_merged)} pairs only in the merge, "
+                f"{len(only_shards)} only in the shards; {len(merged)} rows "
+                f"vs {len(union)})"
+            )
+    return merged
+
+
+def _use_planned_repeats(layout: RunLayout, n: int, tasks: _Tasks) -> None:
+    """Adaptive sampling: a task is complete with its planned rollouts (the shard outputs'
+    plans), not num_repeats."""
+    plans = read_plans([p for p in layout.all_shard_rollouts(n) if p.exists()])
+    if plans is not None:
+        planned = plans.set_index("task_index")["planned"].reindex(tasks.index)
+        tasks.repeats = planned.fillna(pd.Series(tasks.repeats)).to_numpy(np.int64)
 
 
 def audit_warnings(layout: RunLayout) -> list[str]:
@@ -318,4 +326,4 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof check` (the command table is in rewardprof.cli)."""
-    add_run_dir_arguments(p, "shard layout to check (default: from merge_report.json / file names)")
+    add_run_dir_arguments(p, "shard layout to check (default: the one written last)")

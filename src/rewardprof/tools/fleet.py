@@ -31,9 +31,9 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.engine.endpoints import EndpointsFileError, read_endpoints
-from rewardprof.engine.fleet import FleetPaths, serve_fleet
+from rewardprof.engine.fleet import serve_fleet
 from rewardprof.manifest.load import load_config
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import FleetLayout, RunLayout
 
 STOP_WAIT_S = 120
 
@@ -46,7 +46,7 @@ def _run_dir(cfg: Config, given: str | None) -> Path:
     return Path(given) if given else RunLayout.for_run(cfg.run).root
 
 
-def _read_state(paths: FleetPaths) -> dict:
+def _read_state(paths: FleetLayout) -> dict:
     try:
         return json.loads(paths.state.read_text())
     except (OSError, ValueError):
@@ -80,12 +80,12 @@ def sbatch_script(cfg: Config, config: str, run_dir: Path) -> str:
 
 def sbatch_argv(run_dir: Path, script: Path) -> list[str]:
     """How the fleet's job is submitted: its log next to the endpoints file."""
-    log = FleetPaths(run_dir).dir.resolve() / "slurm-%j.log"
+    log = FleetLayout(RunLayout(run_dir)).slurm_log("%j").resolve()
     return ["sbatch", "--parsable", f"--output={log}", str(script)]
 
 
 def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict:
-    paths = FleetPaths(run_dir)
+    paths = FleetLayout(RunLayout(run_dir))
     paths.dir.mkdir(parents=True, exist_ok=True)
     if paths.state.exists() and _running(_read_state(paths)):
         raise FleetError(
@@ -95,9 +95,8 @@ def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict
     paths.stop.unlink(missing_ok=True)
     if paths.endpoints.exists():
         paths.endpoints.unlink()  # a stopped fleet's list must not be mistaken for this one's
-    log_path = paths.dir / "fleet.log"
     if cfg.fleet.launcher == "local":
-        with log_path.open("ab") as log:
+        with paths.log.open("ab") as log:
             proc = subprocess.Popen(
                 _serve_argv(config, run_dir),
                 stdin=subprocess.DEVNULL,
@@ -105,9 +104,9 @@ def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # outlives this command and its terminal
             )
-        state = {"launcher": "local", "pid": proc.pid, "log": str(log_path)}
+        state = {"launcher": "local", "pid": proc.pid, "log": str(paths.log)}
     else:
-        script = paths.dir / "fleet.sbatch"
+        script = paths.sbatch_script
         script.write_text(sbatch_script(cfg, config, run_dir))
         out = subprocess.run(
             sbatch_argv(run_dir, script), capture_output=True, text=True, check=False
@@ -115,7 +114,7 @@ def start(cfg: Config, config: str, run_dir: Path, wait_s: float | None) -> dict
         if out.returncode != 0:
             raise FleetError(f"sbatch {script} failed: {out.stderr.strip() or out.stdout.strip()}")
         job = out.stdout.strip().split(";")[0]
-        state = {"launcher": "slurm", "job_id": job, "log": str(paths.dir / f"slurm-{job}.log")}
+        state = {"launcher": "slurm", "job_id": job, "log": str(paths.slurm_log(job))}
     state.update(replicas=cfg.fleet.replicas, started_at=time.time(), config=config)
     write_json_atomic(paths.state, state)
     if wait_s is not None:
@@ -139,7 +138,7 @@ def _running(state: dict) -> bool:
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
-def _wait_published(paths: FleetPaths, state: dict, wait_s: float) -> None:
+def _wait_published(paths: FleetLayout, state: dict, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if _published(paths):
@@ -149,11 +148,11 @@ def _wait_published(paths: FleetPaths, state: dict, wait_s: float) -> None:
         time.sleep(1.0)
     raise FleetError(
         f"fleet: no replica published in {paths.endpoints} after {wait_s:.0f}s; "
-        f"see {state.get('log')} and {paths.dir}/replica-*.log"
+        f"see {state.get('log')} and {paths.replica_log('*')}"
     )
 
 
-def _published(paths: FleetPaths) -> list[str]:
+def _published(paths: FleetLayout) -> list[str]:
     """The endpoints the fleet publishes now (none while the file is not written yet)."""
     try:
         return read_endpoints(paths.endpoints)
@@ -162,7 +161,7 @@ def _published(paths: FleetPaths) -> list[str]:
 
 
 def stop(run_dir: Path, wait_s: float = STOP_WAIT_S) -> dict:
-    paths = FleetPaths(run_dir)
+    paths = FleetLayout(RunLayout(run_dir))
     state = _read_state(paths)
     paths.stop.touch()
     if state.get("launcher") == "local":
@@ -179,7 +178,7 @@ def stop(run_dir: Path, wait_s: float = STOP_WAIT_S) -> dict:
 
 
 def status(run_dir: Path) -> dict:
-    paths = FleetPaths(run_dir)
+    paths = FleetLayout(RunLayout(run_dir))
     state = _read_state(paths)
     replicas = []
     for i in range(int(state.get("replicas") or 0)):
@@ -212,9 +211,11 @@ def run_command(args: argparse.Namespace) -> int:
         run_dir = _run_dir(cfg, args.run_dir_opt or args.run_dir)
         if args.action == "serve":
             ranks = [args.rank] if args.rank is not None else list(range(cfg.fleet.replicas))
-            return serve_fleet(cfg, run_dir, ranks, publisher=args.rank in (None, 0))
+            fleet = FleetLayout(RunLayout(run_dir))
+            return serve_fleet(cfg, fleet, ranks, publisher=args.rank in (None, 0))
         state = start(cfg, args.config, run_dir, args.wait)
-        print(f"fleet started ({state['launcher']}); endpoints: {FleetPaths(run_dir).endpoints}")
+        endpoints = FleetLayout(RunLayout(run_dir)).endpoints
+        print(f"fleet started ({state['launcher']}); endpoints: {endpoints}")
         return 0
     if not args.run_dir:
         raise FleetError(f"rewardprof fleet {args.action}: give the run directory")

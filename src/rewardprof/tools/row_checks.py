@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rewardprof.core.config import Config, Entry, GeneratorSource
-from rewardprof.environments import instruction_checks as checks
 from rewardprof.environments import make_environment
-from rewardprof.environments.instruction_following import row_fields
+from rewardprof.environments.instruction_following import checks, row_fields
 from rewardprof.sources.files import SourceError, iter_rows, resolve_source
 
 

@@ -31,16 +31,15 @@ from rewardprof.stages.rollout.heartbeat import (
     FIRST_ROUND_DONE,
     FIRST_ROUND_PHASE,
     eta_text,
-    heartbeat_layouts,
     is_live,
     rates,
     read_heartbeats,
 )
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalScan, scan_journal
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import RunLayout, current_num_shards
 from rewardprof.store.plans import read_plans
-from rewardprof.store.shards import parse_shard_name, shard_of, shard_tag
+from rewardprof.store.shards import shard_of, shard_tag
 from rewardprof.tools import add_run_dir_arguments
 from rewardprof.tools.status_eta import duration_text, run_eta_s, startup_s, state_elapsed
 
@@ -50,21 +49,15 @@ class StatusError(RewardprofError):
 
 
 def _num_shards(layout: RunLayout, given: int | None) -> int:
-    """The shard layout to report: given, else the one whose shard files or heartbeats were
-    written last (a reshard writes new shard files before its jobs start)."""
-    if given:
-        return given
-    found = heartbeat_layouts(layout)
-    if layout.shards_dir.is_dir():
-        for p in layout.shards_dir.iterdir():
-            if parsed := parse_shard_name(p.name):
-                found[parsed[1]] = max(found.get(parsed[1], 0.0), p.stat().st_mtime)
-    if not found:
+    """The shard layout to report: given, else the one written last (store/layout.py: a
+    reshard writes new shard files before its jobs start)."""
+    n = given or current_num_shards(layout)
+    if n is None:
         raise StatusError(
             f"{layout.shards_dir}: no shard files yet (materialize and shard have not run); "
             f"nothing to report"
         )
-    return max(found, key=found.__getitem__)
+    return n
 
 
 def _shard_tasks(layout: RunLayout, n: int) -> pd.DataFrame:
@@ -111,85 +104,117 @@ def collect(run_dir: str | Path, num_shards: int | None = None) -> dict[str, Any
     scan = scan_journal(layout.journal)
     key = _gen_key(scan, beats)
     winners = resolve(scan, tasks, key).winners if key else pd.DataFrame()
-    by_shard: dict[int, Counter[str]] = {i: Counter() for i in range(n)}
-    if len(winners):
-        sizes = winners.groupby([shard_of(winners["task_index"], n), "status"]).size()
-        for (i, status), count in sizes.items():
-            by_shard[int(i)][status] = int(count)
+    by_shard = _counts_by_shard(winners, n)
     expected = tasks.groupby("shard")["num_repeats"].sum().to_dict() if len(tasks) else {}
-    shards = []
-    for i in range(n):
-        beat, counts = beats.get(i, {}), by_shard[i]
-        done = sum(counts.values())
-        exp = int(expected[i]) if i in expected else None
-        plan = _adaptive_plan(layout.shard_rollouts(i, n))
-        live = is_live(beat, now)
-        rate, tokens = rates(beat) if beat else (0.0, 0.0)
-        first_round, first_exp = beat.get("phase") == FIRST_ROUND_PHASE, None
-        if layout.shard_rollouts(i, n).exists():
-            state = "done"
-        elif live or beat.get("state") in ("failed", "stopped", FIRST_ROUND_DONE):
-            # bayes' first-round job: running its first round, then waiting for the prior
-            state = "first_round" if first_round and beat["state"] == "running" else beat["state"]
-            if first_round and beat.get("expected") is not None and state != FIRST_ROUND_DONE:
-                first_exp = int(beat["expected"])  # done/expected and ETA: the first round's
-        elif beat:
-            age = now - float(beat.get("updated_at") or 0)
-            state = "lost"  # said starting/running, then went silent: killed, node lost
-            beat = dict(beat, error=f"no heartbeat for {age:.0f}s (killed, or its node lost)")
-        else:
-            # rollouts journaled, no job: stopped before its first heartbeat, or an older run
-            state = "pending" if done == 0 else "waiting"
-        shards.append(
-            {
-                "shard": shard_tag(i, n),
-                "state": state,
-                "elapsed_s": state_elapsed(state, beat, now),
-                "done": done,
-                # adaptive sampling: what the finished shard's plan asked for (K is the most)
-                "expected": plan["planned"] if plan else first_exp or exp,
-                "max_expected": exp,
-                "stopped_early": plan["stopped_early"] if plan else 0,
-                "ok": counts[OK],
-                "failures": {k: v for k, v in sorted(counts.items()) if k != OK},
-                "rollouts_per_s": rate,
-                "tokens_per_s": tokens,
-                "eta": eta_text((first_exp or exp or 0) - done, rate)
-                if live and exp is not None
-                else None,
-                "where": f"{beat['host']}:{beat['pid']}" if beat.get("host") else None,
-                "error": beat.get("error") or (beat.get("last_error") if state != "done" else None),
-                "updated_at": beat.get("updated_at"),
-            }
-        )
-    total_exp = sum(s["expected"] or 0 for s in shards)
-    total_done = sum(s["done"] for s in shards)
-    running = [s for s in shards if s["state"] in ("starting", "running", "first_round")]
-    rate = sum(s["rollouts_per_s"] for s in running)
-    eta_s = run_eta_s(shards, startup_s(list(beats.values())), now) if running else None
-    failures: Counter[str] = Counter()
-    for s in shards:
-        failures.update(s["failures"])
+    shards = [
+        _shard_row(layout, i, n, beats.get(i, {}), by_shard[i], expected.get(i), now)
+        for i in range(n)
+    ]
     return {
         "episodes": _episodes(tasks, winners),
         "replicas": replicas_of(beats.values(), now),
         "run_dir": str(layout.root),
         "num_shards": n,
-        "expected": total_exp,
+        **_run_totals(shards, beats, now),
+        "shards": shards,
+        "taken_at": now,
+    }
+
+
+def _counts_by_shard(winners: pd.DataFrame, n: int) -> dict[int, Counter[str]]:
+    """Shard index -> the journal's counted rollouts of its tasks by status."""
+    by_shard: dict[int, Counter[str]] = {i: Counter() for i in range(n)}
+    if len(winners):
+        sizes = winners.groupby([shard_of(winners["task_index"], n), "status"]).size()
+        for (i, status), count in sizes.items():
+            by_shard[int(i)][status] = int(count)
+    return by_shard
+
+
+def _shard_row(
+    layout: RunLayout,
+    i: int,
+    n: int,
+    beat: dict[str, Any],
+    counts: Counter[str],
+    expected: int | None,
+    now: float,
+) -> dict[str, Any]:
+    """Shard i's row: its state from its output and heartbeat, its counts from the journal;
+    `expected`: its tasks' num_repeats summed (None while its tasks are not known)."""
+    done = sum(counts.values())
+    exp = int(expected) if expected is not None else None
+    output = layout.shard_rollouts(i, n)
+    plan = _adaptive_plan(output)
+    live = is_live(beat, now)
+    rate, tokens = rates(beat) if beat else (0.0, 0.0)
+    state, beat, first_exp = _shard_state(output.exists(), beat, live, done, now)
+    return {
+        "shard": shard_tag(i, n),
+        "state": state,
+        "elapsed_s": state_elapsed(state, beat, now),
+        "done": done,
+        # adaptive sampling: what the finished shard's plan asked for (K is the most)
+        "expected": plan["planned"] if plan else first_exp or exp,
+        "max_expected": exp,
+        "stopped_early": plan["stopped_early"] if plan else 0,
+        "ok": counts[OK],
+        "failures": {k: v for k, v in sorted(counts.items()) if k != OK},
+        "rollouts_per_s": rate,
+        "tokens_per_s": tokens,
+        "eta": eta_text((first_exp or exp or 0) - done, rate) if live and exp is not None else None,
+        "where": f"{beat['host']}:{beat['pid']}" if beat.get("host") else None,
+        "error": beat.get("error") or (beat.get("last_error") if state != "done" else None),
+        "updated_at": beat.get("updated_at"),
+    }
+
+
+def _shard_state(
+    finished: bool, beat: dict[str, Any], live: bool, done: int, now: float
+) -> tuple[str, dict[str, Any], int | None]:
+    """A shard's state; its heartbeat (a lost job's with the silence as its error); the
+    rollouts bayes' first round expects while it runs (else None)."""
+    if finished:
+        return "done", beat, None
+    if live or beat.get("state") in ("failed", "stopped", FIRST_ROUND_DONE):
+        # bayes' first-round job: running its first round, then waiting for the prior
+        first_round = beat.get("phase") == FIRST_ROUND_PHASE
+        state = "first_round" if first_round and beat["state"] == "running" else beat["state"]
+        if first_round and beat.get("expected") is not None and state != FIRST_ROUND_DONE:
+            return state, beat, int(beat["expected"])  # done/expected and ETA: the first round's
+        return state, beat, None
+    if beat:
+        # said starting/running, then went silent: killed, node lost
+        age = now - float(beat.get("updated_at") or 0)
+        error = f"no heartbeat for {age:.0f}s (killed, or its node lost)"
+        return "lost", dict(beat, error=error), None
+    # rollouts journaled, no job: stopped before its first heartbeat, or an older run
+    return ("pending" if done == 0 else "waiting"), beat, None
+
+
+def _run_totals(
+    shards: list[dict[str, Any]], beats: dict[int, dict[str, Any]], now: float
+) -> dict[str, Any]:
+    """The whole run's counts, rates and ETA, from its shards' rows."""
+    running = [s for s in shards if s["state"] in ("starting", "running", "first_round")]
+    eta_s = run_eta_s(shards, startup_s(list(beats.values())), now) if running else None
+    failures: Counter[str] = Counter()
+    for s in shards:
+        failures.update(s["failures"])
+    return {
+        "expected": sum(s["expected"] or 0 for s in shards),
         "max_expected": sum(s["max_expected"] or 0 for s in shards),
         "stopped_early": sum(s["stopped_early"] for s in shards),
-        "done": total_done,
+        "done": sum(s["done"] for s in shards),
         "ok": sum(s["ok"] for s in shards),
         "failures": dict(sorted(failures.items())),
         "running": len(running),
         "finished": sum(s["state"] == "done" for s in shards),
-        "rollouts_per_s": rate,
+        "rollouts_per_s": sum(s["rollouts_per_s"] for s in running),
         "tokens_per_s": sum(s["tokens_per_s"] for s in running),
         "eta": duration_text(eta_s) if running and eta_s is not None else None,
         "eta_s": eta_s,
         "stopped": [s["shard"] for s in shards if s["state"] in ("failed", "stopped", "lost")],
-        "shards": shards,
-        "taken_at": now,
     }
 
 
@@ -340,7 +365,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of `rewardprof status` (the command table is in rewardprof.cli)."""
-    add_run_dir_arguments(p, "shard layout to report (default: the one the newest rollout job ran)")
+    add_run_dir_arguments(p, "shard layout to report (default: the one written last)")
     p.add_argument(
         "--watch",
         type=float,

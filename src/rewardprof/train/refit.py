@@ -25,7 +25,7 @@ import yaml
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.engine.server import serve
-from rewardprof.store.layout import RunLayout
+from rewardprof.store.layout import GrpoStepLayout, RunLayout
 from rewardprof.train.from_run import TrainError
 
 # float32 on both sides, different kernels: measured differences are ~1e-5 to 1e-3
@@ -35,10 +35,6 @@ PARITY_BOUND = 0.02
 REQUEST_TIMEOUT_S = 300
 # a prompt_logprobs reply is ~100 bytes a token; a context of 2,048 tokens ~0.2 MB
 MAX_REPLY_BYTES = 16 * 2**20
-
-
-def refit_dir(run_dir: Path) -> Path:
-    return run_dir / "grpo_step" / "model"
 
 
 def run_config(run_dir: Path) -> Config:
@@ -110,7 +106,7 @@ def objective_of(logprobs: list[list[float]], advantages: list[float]) -> float:
 def write_refit_config(run_dir: Path, cfg: Config, model: Path) -> Path:
     data = _served(cfg, model, f"{cfg.model_name}-refit").model_dump(mode="json")
     data["run"] = f"{cfg.run}-refit"[:64]
-    path = run_dir / "grpo_step" / "refit.yaml"
+    path = GrpoStepLayout(RunLayout(run_dir)).refit_config
     with atomic_path(path) as tmp:
         tmp.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -120,10 +116,10 @@ def refit_and_compare(
     run_dir: Path, cfg: Config, model: Path, step_rows: list[dict], advantages: list[float]
 ) -> dict:
     """Serve the starting weights and the stepped ones; what the engine says of each row."""
-    stepped = refit_dir(run_dir)
-    logs = RunLayout(run_dir).log("grpo_step").with_suffix("")
-    before = engine_logprobs(cfg, model, "policy", step_rows, logs / "engine-before.log")
-    after = engine_logprobs(cfg, stepped, "policy", step_rows, logs / "engine-after.log")
+    files = GrpoStepLayout(RunLayout(run_dir))
+    stepped = files.model
+    before = engine_logprobs(cfg, model, "policy", step_rows, files.engine_log("before"))
+    after = engine_logprobs(cfg, stepped, "policy", step_rows, files.engine_log("after"))
     trainer_before = [r["logprobs_before"] for r in step_rows]
     trainer_after = [r["logprobs_after"] for r in step_rows]
     best = max(range(len(step_rows)), key=lambda i: (advantages[i], -i))

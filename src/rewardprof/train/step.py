@@ -19,9 +19,10 @@ from pathlib import Path
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.engine.model import REPO_ROOT, engine_python
+from rewardprof.store.layout import GrpoStepLayout, RunLayout
 from rewardprof.train.advantages import VARIANTS, group_advantages
 from rewardprof.train.from_run import TrainError, run_batch
-from rewardprof.train.refit import objective_of, refit_and_compare, refit_dir, run_config
+from rewardprof.train.refit import objective_of, refit_and_compare, run_config
 
 SCRIPT = Path(__file__).parent / "scripts" / "grpo_torch.py"
 DEFAULT_MODEL = "resources/models/smollm2-135m-c1"
@@ -97,7 +98,7 @@ def grpo_step(run_dir: Path, rows: list[dict], model: Path, args: argparse.Names
         "model": str(model),
         "lr": args.lr,
         "seed": args.seed,
-        "save_dir": str(refit_dir(run_dir)) if args.serve else None,
+        "save_dir": str(GrpoStepLayout(RunLayout(run_dir)).model) if args.serve else None,
         "rows": [
             dict(prompt=r["prompt"], completion=r["completion"], advantage=a)
             for r, a in zip(rows, advantages, strict=True)
@@ -167,7 +168,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise TrainError(f"{args.batch}: batch file missing")
     args.run_dir.mkdir(parents=True, exist_ok=True)
     out = grpo_step(args.run_dir, rows, model, args) | {"batch": source}
-    path = args.run_dir / "grpo_step.json"
+    path = GrpoStepLayout(RunLayout(args.run_dir)).result
     write_json_atomic(path, out)
     print(f"{path}: loss {out['loss']:.6g}, grad_norm {out['grad_norm']:.6g}")
     if args.serve:

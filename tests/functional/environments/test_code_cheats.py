@@ -1,4 +1,4 @@
-"""The cheat catalogue (tests/data/environments/code_cheats.jsonl): every cheat scores 0 and every
+"""The cheat catalogue (tests/data/environments/code/cheats.jsonl): every cheat scores 0 and every
 honest solution next to them 1, with bubblewrap; and with the launcher fallback, which does
 not hide the filesystem, /proc or host sockets, the cheats on the filesystem view succeed
 (`launcher_reward: 1`), which shows the bait is real: bubblewrap's 0 is the view's doing.
@@ -10,7 +10,7 @@ command line and environment carry it. The cheats on the grader (patching what t
 would use, tracing, walking the stack, speaking the runner's pipes) score 0 because no test
 code, expected value or verdict is in the program's process.
 
-These tests spawn sandboxes; they sit in tests/unit/environments next to test_code_sandbox.py
+These tests spawn sandboxes; they sit in tests/functional/environments next to test_code_sandbox.py
 (the code environment's other sandbox tests) rather than in tests/faults. Needs root (the
 sandbox's uid drop and namespaces); under CI=true a missing bubblewrap is a failure, never a
 skip.
@@ -39,7 +39,7 @@ from test_code_sandbox import need_root, sandbox_processes  # noqa: F401 (autous
 
 from rewardprof.environments import make_environment
 
-CATALOGUE = [json.loads(line) for line in (DATA / "code_cheats.jsonl").read_text().splitlines()]
+CATALOGUE = [json.loads(line) for line in (DATA / "code" / "cheats.jsonl").read_text().splitlines()]
 ANSWER = "42"  # what every stdin/stdout bait answers (the catalogue's sum task expects it)
 
 

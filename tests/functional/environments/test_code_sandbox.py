@@ -20,7 +20,9 @@ import pytest
 from harness.env_helpers import run
 from helpers import require_piece
 
-from rewardprof.environments import make_environment, sandbox_cleanup, sandbox_memory
+from rewardprof.environments import make_environment
+from rewardprof.environments.sandbox import cleanup as sandbox_cleanup
+from rewardprof.environments.sandbox import memory as sandbox_memory
 
 IS_ROOT = os.geteuid() == 0
 TESTS = {"tests": [{"input": "2\n", "output": "4\n"}], "prompt": "Double the input."}

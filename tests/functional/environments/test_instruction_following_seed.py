@@ -80,7 +80,7 @@ def test_first_use_from_many_threads_at_once(monkeypatch):
     langdetect's lazy profile load (a racing call saw a partial profile set and flipped)."""
     from langdetect import DetectorFactory, detector_factory
 
-    from rewardprof.environments import instruction_checks
+    from rewardprof.environments.instruction_following import checks as instruction_checks
 
     # a process that has not scored anything yet
     monkeypatch.setattr(detector_factory, "_factory", None)

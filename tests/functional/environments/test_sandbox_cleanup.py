@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from rewardprof.environments.sandbox_cleanup import PREFIX, start_time, sweep_stale
+from rewardprof.environments.sandbox.cleanup import PREFIX, start_time, sweep_stale
 
 
 def test_sweep_removes_only_what_dead_workers_left(tmp_path):

@@ -8,6 +8,7 @@ L0 stays within its time budget."""
 from __future__ import annotations
 
 import asyncio
+import io
 import random
 
 import numpy as np
@@ -21,6 +22,8 @@ from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, 
 from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.decisions.priors.label import fit_label_priors
 from rewardprof.decisions.priors.posterior import fit_prior
+from rewardprof.stages.rollout.progress import Progress
+from rewardprof.stages.rollout.sampling_loop import SamplingLoop
 from rewardprof.stages.rollout.work import RoundsWork
 
 PLAN_K = 8
@@ -84,34 +87,20 @@ def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: 
     work = RoundsWork(TaskRounds(settings_, Export(), k, labels, none, priors, 1.0), 2)
     rng, sampled = random.Random(seed), []
 
-    async def main() -> None:  # the rollout job's feed and workers (runner.ShardRun.generate)
-        queue: asyncio.Queue = asyncio.Queue(maxsize=2)
-        returned = asyncio.Event()
+    async def sample_unit(unit) -> None:  # results after a seeded number of loop turns
+        for _ in range(rng.randrange(6)):
+            await asyncio.sleep(0)
+        sampled.extend((unit.pos, r) for r in unit.indices)
+        for r in unit.indices:
+            reward = rewards[unit.pos, r]
+            work.returned(unit.pos, r, "engine_error" if np.isnan(reward) else OK, reward)
 
-        async def feed() -> None:
-            while True:
-                units = work.take()
-                for unit in units:
-                    await queue.put(unit)
-                if work.finished:
-                    break
-                if not units:
-                    await returned.wait()
-                    returned.clear()
-            for _ in range(workers):
-                await queue.put(None)
+    async def no_text(pos: int) -> None:
+        pass
 
-        async def worker() -> None:
-            while (unit := await queue.get()) is not None:
-                for _ in range(rng.randrange(6)):
-                    await asyncio.sleep(0)
-                sampled.extend((unit.pos, r) for r in unit.indices)
-                for r in unit.indices:
-                    reward = rewards[unit.pos, r]
-                    work.returned(unit.pos, r, "engine_error" if np.isnan(reward) else OK, reward)
-                returned.set()
-
-        await asyncio.gather(feed(), *(worker() for _ in range(workers)))
+    async def main() -> None:  # the rollout job's own feed and workers
+        progress = Progress(0, "test", 60.0, stream=io.StringIO(), run_stream=io.StringIO())
+        await SamplingLoop(work, sample_unit, no_text, progress, workers, lambda: 0).run()
 
     asyncio.run(main())
     assert len(set(sampled)) == len(sampled)  # no rollout asked for twice

@@ -1,4 +1,4 @@
-"""Which names of a test the judge takes from the program (code_names.py), in process: the
+"""Which names of a test the judge takes from the program (code/names.py), in process: the
 prompt's helpers, modules, well-known standard library names and builtins are the task's; a
 test that never calls the program, or defines unittest classes it never runs, is refused
 at materialize with a line naming the test."""
@@ -9,7 +9,7 @@ import pytest
 
 from rewardprof.environments import RowError, make_environment
 from rewardprof.environments.code import row_tests
-from rewardprof.environments.code_names import check_test, task_names
+from rewardprof.environments.code.names import check_test, task_names
 
 HE38_PROMPT = '''
 def encode_cyclic(s: str):

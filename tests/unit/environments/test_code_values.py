@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from rewardprof.environments._code_values import Decoder, encode
-from rewardprof.environments._code_wire import ChannelClosed, WireViolation
+from rewardprof.environments.code._values import Decoder, encode
+from rewardprof.environments.code._wire import ChannelClosed, WireViolation
 
 Point = collections.namedtuple("Point", "x y")
 

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from rewardprof.environments._code_remote import ProgramClient
-from rewardprof.environments._code_values import decode, encode
-from rewardprof.environments._code_wire import Channel, WireViolation
-from rewardprof.environments.code_asserts import value_plan
-from rewardprof.environments.code_harness import clean_text
-from rewardprof.environments.code_names import task_names
-from rewardprof.environments.sandbox_memory import MemoryCgroup
+from rewardprof.environments.code._remote import ProgramClient
+from rewardprof.environments.code._values import decode, encode
+from rewardprof.environments.code._wire import Channel, WireViolation
+from rewardprof.environments.code.asserts import value_plan
+from rewardprof.environments.code.harness import clean_text
+from rewardprof.environments.code.names import task_names
+from rewardprof.environments.sandbox.memory import MemoryCgroup
 
 
 class Flip(int):

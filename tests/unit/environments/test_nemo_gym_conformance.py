@@ -13,7 +13,12 @@ from harness.nemo_gym_rows import ENVS, OPTIONS, rows, task_row
 from helpers import require_piece
 
 from rewardprof.environments import make_environment
-from rewardprof.environments.instruction_checks import PUNKT, STOPWORDS, TAGGER, nltk_installed
+from rewardprof.environments.instruction_following.checks import (
+    PUNKT,
+    STOPWORDS,
+    TAGGER,
+    nltk_installed,
+)
 
 
 def _needs_nltk_data(env: str) -> None:

@@ -12,7 +12,8 @@ from harness.env_helpers import run
 from helpers import require_piece
 
 from rewardprof import cli
-from rewardprof.environments import RowError, instruction_checks, make_environment
+from rewardprof.environments import RowError, make_environment
+from rewardprof.environments.instruction_following import checks as instruction_checks
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError, iter_rows
 from rewardprof.stages import StagePaths, materialize

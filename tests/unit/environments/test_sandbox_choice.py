@@ -9,8 +9,8 @@ import os
 import pytest
 from harness.env_helpers import run
 
-from rewardprof.environments import VerifyContext, make_environment, sandbox, sandbox_mechanisms
-from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism
+from rewardprof.environments import VerifyContext, make_environment, sandbox
+from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, mechanisms
 
 WHY = "bwrap is not installed (Debian: apt-get install bubblewrap)"
 
@@ -39,7 +39,7 @@ def test_missing_bubblewrap_is_a_verifier_error(no_bwrap):
 def test_the_launchers_command_line_names_only_the_pipe_of_its_config():
     """Any process can read another's command line in /proc: the configuration (the
     program's argv, its environment) travels in a pipe."""
-    cmd, fd = sandbox_mechanisms.launcher_command("python3", {"argv": ["SECRET-ARGV"]})
+    cmd, fd = mechanisms.launcher_command("python3", {"argv": ["SECRET-ARGV"]})
     try:
         assert not any("SECRET-ARGV" in part for part in cmd) and cmd[-1] == str(fd)
         assert json.loads(os.read(fd, 1 << 16)) == {"argv": ["SECRET-ARGV"]}

@@ -6,11 +6,13 @@ The episode's turns go to the engine through the shard's own client, one sample 
 with the turn's seed (`rewardprof.environments.episode.turn_seed`) and the row's tools; the
 record holds the final text, the tokens of every turn, and in `extras` the verifier's extras,
 the episode's figures (`episode`: steps, tool calls, tool errors, stop reason) and its
-trajectory (the chat messages, bounded by EpisodeLimits).
+trajectory (the chat messages, bounded by EpisodeLimits). `EpisodeSampler` is the
+`UnitSampler` (sampling.py) of such environments: a unit's episodes run side by side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -28,6 +30,8 @@ from rewardprof.environments.episode import (
     EpisodeLimits,
     run_episode,
 )
+from rewardprof.stages.rollout.sampling import Keep, SamplingTools
+from rewardprof.stages.rollout.shard_tasks import Unit
 
 BodyFn = Callable[[list[dict[str, Any]], int, int], dict[str, Any]]
 
@@ -101,3 +105,37 @@ async def episode_fields(
         "verify_s": time.monotonic() - t0,
         "finished_at": time.time(),
     }
+
+
+class EpisodeSampler:
+    """The `UnitSampler` of an environment that acts: an episode per rollout of the unit, side
+    by side, each journaled whole once every one of them has finished."""
+
+    def __init__(self, env: ActingEnvironment, tools: SamplingTools):
+        self._env, self._tools = env, tools
+
+    async def sample(self, unit: Unit, keep: Keep) -> str | None:
+        env, tools = self._env, self._tools
+        prompt = tools.requests.prompt(unit.pos)
+        choice, limits = env.tool_choice(prompt.row), env.limits()
+        started = time.time()
+        runs = (  # a chat function per episode: its turns share a replica
+            episode_fields(
+                env,
+                prompt.row,
+                prompt.messages,
+                prompt.seed(r),
+                engine_chat(tools.client, tools.requests.body, choice),
+                tools.verify_ctx,
+                limits,
+            )
+            for r in unit.indices
+        )
+        done = await asyncio.gather(*runs)
+        request = tools.records.request(
+            unit.pos, attempt=1, request_n=1, started_at=started, latency_s=time.time() - started
+        )
+        for r, fields in zip(unit.indices, done, strict=True):
+            rollout = tools.records.rollout(request, r, prompt.seed(r))
+            keep(tools.records.episode(rollout, fields))
+        return None  # each turn's error is in its episode's record

@@ -21,8 +21,8 @@ from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
-from rewardprof.store.collected import resolve
-from rewardprof.store.journal import read_rows, scan_journal
+from rewardprof.store.collected import Collected, resolve
+from rewardprof.store.journal import JournalScan, read_rows, scan_journal
 from rewardprof.store.schemas import ROLLOUT_SCHEMA
 
 log = logging.getLogger("rewardprof.stages.rollout")
@@ -48,10 +48,19 @@ def write_output(
     scan = scan_journal(journal_dir)
     # the resolver's num_repeats: how many rollouts of each task count
     col = resolve(scan, tasks[["task_index", "task_id"]].assign(num_repeats=wanted), gen_key)
-    expected = int(np.sum(wanted))
+    summary = _summary(col, int(np.sum(wanted)), shard_tag)
+    _check_complete(summary, cfg.rollout.max_failed_fraction, out_path)
+    sources = _write_winners(scan, col, out_path, metadata)
+    # how completion_tokens were counted: "apportioned" ones depend on request batching
+    summary["completion_tokens_source"] = dict(sorted(sources.items()))
+    return summary
+
+
+def _summary(col: Collected, expected: int, shard_tag: str) -> dict[str, Any]:
+    """The shard's counts: expected, present, ok, failed (by status), re-keyed."""
     by_status = col.winners["status"].value_counts().to_dict()
     failed = sum(v for k, v in by_status.items() if k != OK)
-    summary = {
+    return {
         "shard": shard_tag,
         "expected": expected,
         "present": len(col.winners),
@@ -60,20 +69,24 @@ def write_output(
         "by_status": {k: int(v) for k, v in sorted(by_status.items())},
         "rekeyed": col.rekeyed,
     }
-    if len(col.winners) != expected:
+
+
+def _check_complete(summary: dict[str, Any], limit: float, out_path: Path) -> None:
+    """Raise ShardIncomplete when a rollout is missing or the terminal failures are over
+    `limit` (rollout.max_failed_fraction); warn when there are some within it."""
+    shard_tag, expected, failed = summary["shard"], summary["expected"], summary["failed"]
+    if summary["present"] != expected:
         raise ShardIncomplete(
-            f"{shard_tag}: {expected - len(col.winners)} of {expected} "
+            f"{shard_tag}: {expected - summary['present']} of {expected} "
             f"rollouts missing after generation"
         )
-    limit = cfg.rollout.max_failed_fraction
+    kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
     if expected and failed / expected > limit:
-        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
         raise ShardIncomplete(
             f"{shard_tag}: {failed} of {expected} rollouts failed terminally ({kinds}), "
             f"over rollout.max_failed_fraction={limit:g}; rerun the shard to retry them"
         )
     if failed:
-        kinds = ", ".join(f"{k}={v}" for k, v in summary["by_status"].items() if k != OK)
         log.warning(
             "%s: %d of %d rollouts failed terminally (%s), within "
             "rollout.max_failed_fraction=%g: the output is written and a plain rerun keeps it; "
@@ -85,6 +98,12 @@ def write_output(
             limit,
             out_path,
         )
+
+
+def _write_winners(
+    scan: JournalScan, col: Collected, out_path: Path, metadata: dict[bytes, bytes] | None
+) -> Counter[str]:
+    """The winners' full records to `out_path`, atomically; how their tokens were counted."""
     picks: dict[int, list[int]] = {}
     new_index: dict[tuple[int, int], int] = {}
     for src, row, ti in zip(
@@ -104,9 +123,7 @@ def write_output(
             for v in pc.value_counts(table.column("completion_tokens_source")).to_pylist():
                 sources[v["values"] or "none"] += v["counts"]
             w.write_table(table)
-    # how completion_tokens were counted: "apportioned" ones depend on request batching
-    summary["completion_tokens_source"] = dict(sorted(sources.items()))
-    return summary
+    return sources
 
 
 def remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:

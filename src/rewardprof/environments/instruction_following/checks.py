@@ -2,7 +2,7 @@
 the worker-side function that runs one response's checks.
 
 Registries, chosen per instruction id: if-verifiable's IFEval ids, then its IFBench ids, then
-NeMo Gym's `verifiable_instructions` ids (rewardprof.environments.verifiable_instructions); the
+NeMo Gym's `verifiable_instructions` ids (verifiable_instructions.py); the
 three share no id except IFEval's 25, whose checks are the same code in both (so one runs).
 
 NLTK data is never downloaded at run time. `NLTK_DATA` says which resource each check reads, so
@@ -16,7 +16,7 @@ import threading
 from functools import cache
 from typing import Any
 
-from rewardprof.environments import verifiable_instructions as vi
+from rewardprof.environments.instruction_following import verifiable_instructions as vi
 
 IFEVAL, IFBENCH, VERIFIABLE = "ifeval", "ifbench", "verifiable_instructions"
 PUNKT, STOPWORDS, TAGGER = "punkt_tab", "stopwords", "averaged_perceptron_tagger_eng"

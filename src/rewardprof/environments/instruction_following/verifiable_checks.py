@@ -1,6 +1,6 @@
 """The checks of NeMo Gym's `verifiable_instructions` ids that IFEval does not have, one
 function per id (or shared helper): `check(response, kwargs) -> followed`, raising where the
-original raises. The registry that names them is rewardprof.environments.verifiable_instructions.
+original raises. The registry that names them is verifiable_instructions.py.
 """
 
 from __future__ import annotations

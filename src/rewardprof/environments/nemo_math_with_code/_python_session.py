@@ -1,12 +1,12 @@
 # ruff: noqa: S102, S307
 """The stateful Python tool's program, run in the sandbox once per call (math_with_code).
 
-nemo_math_with_code.py runs this file's text with `python -I` in the sandbox (importing it runs
-nothing). It reads its request from stdin: {"cells": earlier code, "code": this call's,
-"timeout_s", "packages", "max_chars"}; writes "ready" once numpy, scipy and pandas are loaded;
-rebuilds the episode's interpreter state by running the earlier cells again, their output
-discarded; runs this call's code; and writes one JSON line last on stdout: {"stdout", "stderr",
-"result", "error_message"}.
+The environment (this package's __init__.py) runs this file's text with `python -I` in the
+sandbox (importing it runs nothing). It reads its request from stdin: {"cells": earlier code,
+"code": this call's, "timeout_s", "packages", "max_chars"}; writes "ready" once numpy, scipy and
+pandas are loaded; rebuilds the episode's interpreter state by running the earlier cells again,
+their output discarded; runs this call's code; and writes one JSON line last on stdout:
+{"stdout", "stderr", "result", "error_message"}.
 
 The interpreter is NeMo Gym's python executor's (resources_servers/math_with_code/app.py):
 exec(code, globals, locals) with the same few builtins, numpy/scipy/pandas bound as np, scipy,

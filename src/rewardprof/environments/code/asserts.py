@@ -11,7 +11,7 @@ program's names (`add(1, 2)`, `f(g(3), key=[1])`): names read without being boun
 builtin; and at least one such call. Then each call of the program is one request to the
 program's process (its arguments sent as data), its return value comes back as plain data, and
 this module evaluates the rest, the comparison included: no code of the test runs anywhere.
-Any other shape is judged by `_code_judge.py` in an interpreter of its own.
+Any other shape is judged by `_judge.py` in an interpreter of its own.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import operator
 import time
 from typing import Any
 
-from rewardprof.environments._code_remote import ProgramClient
-from rewardprof.environments._code_wire import ChannelClosed
-from rewardprof.environments.code_names import TaskNames
+from rewardprof.environments.code._remote import ProgramClient
+from rewardprof.environments.code._wire import ChannelClosed
+from rewardprof.environments.code.names import TaskNames
 
 _PURE = [
     "abs",
@@ -149,7 +149,7 @@ def _check_expression(node: ast.AST, program_names: set[str], own: set[str]) -> 
 
 
 def value_plan(test: str, names: TaskNames) -> list[ast.stmt] | None:
-    """The test's statements if it is value-shaped, else None (judged by _code_judge.py)."""
+    """The test's statements if it is value-shaped, else None (judged by _judge.py)."""
     try:
         tree = ast.parse(test)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -1,9 +1,10 @@
-"""Writes code_cheats.jsonl, the code sandbox's cheat catalogue: each row a program (a cheat or
+"""Writes cheats.jsonl, the code sandbox's cheat catalogue: each row a program (a cheat or
 an honest solution), the task it answers and the reward it must get; `launcher_reward` is what
 the launcher fallback, which hides no files, gives instead ("unchecked": not run with it).
-`@@NAME@@` placeholders are filled with real bait by tests/unit/environments/test_code_cheats.py.
+`@@NAME@@` placeholders are filled with real bait by
+tests/functional/environments/test_code_cheats.py.
 
-    python tests/data/environments/make_code_cheats.py
+    python tests/data/environments/code/make_cheats.py
 """
 
 import json
@@ -680,5 +681,5 @@ print(42)
 )
 
 if __name__ == "__main__":
-    with open(Path(__file__).with_name("code_cheats.jsonl"), "w") as f:
+    with open(Path(__file__).with_name("cheats.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in ROWS)

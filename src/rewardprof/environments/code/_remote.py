@@ -1,8 +1,8 @@
 """The grader's side of the wire: what the program's values and objects become here.
 
-Stdlib only: the harness imports it; its text, after _code_wire.py's and _code_values.py's,
-also starts the judge script (_code_judge.py). What the program sends back is data
-(_code_values.py) or a handle:
+Stdlib only: the harness imports it; its text, after _wire.py's and _values.py's,
+also starts the judge script (_judge.py). What the program sends back is data
+(_values.py) or a handle:
 - a function or other object: a RemoteRef, whose calls, attributes, `str`, `repr`, `len`,
   iteration and indexing are computed in the program's process (and come back as data or
   handles again); it cannot be compared, hashed, tested for truth or searched (`in`): a
@@ -21,8 +21,8 @@ import collections
 import sys
 
 if __name__ != "__main__":  # imported by the harness; in the judge script the wire comes first
-    from rewardprof.environments._code_values import Decoder, encode
-    from rewardprof.environments._code_wire import ChannelClosed, WireViolation
+    from rewardprof.environments.code._values import Decoder, encode
+    from rewardprof.environments.code._wire import ChannelClosed, WireViolation
 
 _STEERING = (AssertionError, StopIteration, StopAsyncIteration)
 _MAX_CLASSES = 256

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.environments import verifiable_checks as vc
+from rewardprof.environments.instruction_following import verifiable_checks as vc
 
 RELATIONS = vc.RELATIONS
 PUNKT = "punkt_tab"

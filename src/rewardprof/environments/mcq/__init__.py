@@ -7,7 +7,7 @@ options takes them from its prompt's option lines ("A: text", ...; extras.option
 "prompt"). Plain rows may give `question` instead of a prompt; the prompt then lists the options
 and asks for `\\boxed{X}`.
 
-NeMo Gym grading (rewardprof.environments.mcq_nemo): a row's `template_metadata.output_regex`
+NeMo Gym grading (nemo_mcqa.py): a row's `template_metadata.output_regex`
 is tried first; a row with `grading_mode: strict_single_letter_boxed` (or any row, with
 `options.grading_mode` set to it) is graded by that rule alone. Otherwise:
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from rewardprof.environments import mcq_nemo
 from rewardprof.environments.base import (
     Environment,
     RowError,
@@ -40,6 +39,7 @@ from rewardprof.environments.base import (
     has_chat_prompt,
 )
 from rewardprof.environments.extract import get_field, last_boxed, last_user_text
+from rewardprof.environments.mcq import nemo_mcqa
 from rewardprof.environments.options import FewShot
 
 MCQ_INSTRUCTION = "Answer with the letter of the correct option in \\boxed{}, e.g. \\boxed{A}."
@@ -82,11 +82,11 @@ def options_and_origin(row: dict[str, Any]) -> tuple[dict[str, str], str]:
     if opts is None:
         opts = get_field(row, "metadata.options")
     if opts is None and has_chat_prompt(row):
-        listed = mcq_nemo.options_from_prompt(last_user_text(extract_messages(row)))
+        listed = nemo_mcqa.options_from_prompt(last_user_text(extract_messages(row)))
         if listed:
             return listed, "prompt"
         raise RowError("options: none in the row, and no 'A: ...' option lines in the prompt")
-    items = mcq_nemo.option_items(opts)
+    items = nemo_mcqa.option_items(opts)
     if items is None:
         raise RowError("options: expected a list of single-key dicts like [{'A': 'text'}, ...]")
     return _checked(items), "row"
@@ -254,7 +254,7 @@ class MCQEnvironment(Environment[MCQOptions]):
     ) -> tuple[str | None, str]:
         template = row.get("template_metadata")
         if isinstance(template, dict) and template.get("output_regex"):
-            letter = mcq_nemo.output_regex_letter(
+            letter = nemo_mcqa.output_regex_letter(
                 completion.strip(), template["output_regex"], options
             )
             if letter:
@@ -262,5 +262,5 @@ class MCQEnvironment(Environment[MCQOptions]):
         mode = row.get("grading_mode") or self.options.grading_mode
         if mode != STRICT:
             return extract_choice(completion, options)
-        letter = mcq_nemo.strict_single_letter_boxed(completion.strip(), set(options))
+        letter = nemo_mcqa.strict_single_letter_boxed(completion.strip(), set(options))
         return (letter, STRICT) if letter else (None, "no_answer")

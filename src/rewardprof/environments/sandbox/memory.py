@@ -9,7 +9,7 @@ a shell, joins it and then execs the sandbox (`MemoryCgroup.joining`), so every 
 sandbox is inside. When the cgroup is full the kernel's OOM
 killer kills a process in it; the run then reports `memory_oom` and the test's outcome is
 `memory_limit`. The cgroup is removed after the run; those of killed workers by the sweep
-(sandbox_cleanup.py). Elsewhere (no root, cgroup v2 only, not Linux) only the per-process
+(cleanup.py). Elsewhere (no root, cgroup v2 only, not Linux) only the per-process
 limit (RLIMIT_AS, set by the launcher in every case) holds: a program can then hold
 `memory_mb` in each process it forks. Which one applies is in every result's
 `sandbox["memory_limit"]` ("cgroup" or "per_process") and in the job's log.
@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from rewardprof.environments import sandbox_cleanup
+from rewardprof.environments.sandbox import cleanup
 
 ROOT = Path("/sys/fs/cgroup/memory")
 # The sandbox's own processes (the launcher waiting outside the program's PID namespace, bwrap)
@@ -52,7 +52,7 @@ class MemoryCgroup:
         if not available(root):
             return None
         pid = os.getpid()
-        name = f"{sandbox_cleanup.PREFIX}{pid}-{sandbox_cleanup.start_time(pid) or 0}"
+        name = f"{cleanup.PREFIX}{pid}-{cleanup.start_time(pid) or 0}"
         path = root / f"{name}-{next(_counter)}"
         path.mkdir()
         group = cls(path)
@@ -111,8 +111,8 @@ def sweep_stale(root: Path = ROOT) -> list[str]:
     if not available(root):
         return []
     removed = []
-    for path in root.glob(f"{sandbox_cleanup.PREFIX}*"):
-        if sandbox_cleanup.is_stale(path.name, time.time(), path.stat().st_mtime):
+    for path in root.glob(f"{cleanup.PREFIX}*"):
+        if cleanup.is_stale(path.name, time.time(), path.stat().st_mtime):
             MemoryCgroup(path).remove()
             if not path.exists():
                 removed.append(str(path))

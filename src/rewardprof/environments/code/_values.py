@@ -1,6 +1,6 @@
-"""Values on the wire (_code_wire.py) between a program and its grader, as plain JSON.
+"""Values on the wire (_wire.py) between a program and its grader, as plain JSON.
 
-Stdlib only: the harness imports it; its text follows _code_wire.py's in the scripts that
+Stdlib only: the harness imports it; its text follows _wire.py's in the scripts that
 speak the wire in other processes (the runner in the sandbox, the judge).
 
 A value crosses as JSON: null, true/false, ints, floats (NaN and infinities as JSON's
@@ -17,7 +17,7 @@ extensions), strings and lists as themselves; anything else as a one-key object:
   fields, values): a namedtuple, enum or dataclass of the program is rebuilt from its fields
   as data (one class per shape), never as the program's class with its behaviour;
 - anything else is the sending side's (`refer`): a handle ({"ref": n}, and on the program's
-  side {"object": ...}, {"class": ...}, {"iter": n}; _code_remote.py turns them into proxies).
+  side {"object": ...}, {"class": ...}, {"iter": n}; _remote.py turns them into proxies).
 A subclass of a plain type (an int with its own __eq__) is reduced to its base type.
 
 The receiving side decodes strictly (any other shape is a violation) and bounds decoding in
@@ -38,7 +38,7 @@ import sys
 import time
 
 if __name__ != "__main__":  # imported by the harness; in a script the wire's text comes first
-    from rewardprof.environments._code_wire import ChannelClosed, WireViolation
+    from rewardprof.environments.code._wire import ChannelClosed, WireViolation
 
 _MAX_DEPTH = 100
 _BIG_INT_BITS = 4096

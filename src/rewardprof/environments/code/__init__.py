@@ -8,14 +8,14 @@ Row formats (any one of):
 - `test_code`: one block of Python run against the loaded program (asserts);
 - HumanEval: `test` (defining `check(candidate)`) and `entry_point`: the test is `test` and
   `check(<entry_point>)`, as HumanEval's own executor runs it.
-Which names of an assert test are the program's is the task's to say (code_names.py): the
+Which names of an assert test are the program's is the task's to say (names.py): the
 prompt's helpers, modules and builtins come from the judge, never from the program.
 
 The program is the last ```python fenced block of the completion (else the last fenced block);
-none is reward 0 with reason "no_code". Each test runs in a fresh sandbox (`sandbox.py`: the
+none is reward 0 with reason "no_code". Each test runs in a fresh sandbox (`sandbox/`: the
 program sees only the interpreter, the standard library and a scratch tmpfs; no network; limits,
 memory for the whole sandbox) and is judged outside any process the program ran in
-(`code_harness.py`: the program's process only answers with plain values; the comparison is
+(`harness.py`: the program's process only answers with plain values; the comparison is
 made in the harness or in a judge interpreter of its own). Reward 1 only if all tests pass;
 the first failing test's outcome (wrong_answer, runtime_error, early_exit, protocol_violation,
 timeout, memory_limit, output_limit, plus any `violation`: network, filesystem, processes) is in
@@ -38,8 +38,8 @@ from rewardprof.environments.base import (
     Verdict,
     VerifyContext,
 )
-from rewardprof.environments.code_harness import Limits, SandboxError, prepare, run_tests
-from rewardprof.environments.code_names import TaskNames, check_test, task_names
+from rewardprof.environments.code.harness import Limits, SandboxError, prepare, run_tests
+from rewardprof.environments.code.names import TaskNames, check_test, task_names
 from rewardprof.environments.extract import get_field
 from rewardprof.environments.options import EnvironmentOptions
 
@@ -99,7 +99,7 @@ def _test_name(row: dict[str, Any], i: int) -> str:
 
 
 def judged_tests(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """row_tests with, for each assert test, where its names come from (code_names)."""
+    """row_tests with, for each assert test, where its names come from (names.py)."""
     tests = row_tests(row)
     for test in tests:
         if "assert" in test:

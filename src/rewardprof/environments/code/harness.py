@@ -4,12 +4,12 @@
 - stdin/stdout: the program runs as a script with the test's stdin; its stdout, read outside
   the sandbox after every process of the sandbox is gone, is compared line by line with the
   expected output (trailing whitespace ignored); it must exit 0; or
-- assert: the program is loaded as a module by the runner (_sandbox_runner.py), which only
+- assert: the program is loaded as a module by the runner (_runner.py), which only
   computes: it answers requests for its names, calls and attributes with plain values over a
-  pipe (the wire, _code_wire.py: JSON, each message at most `max_output_bytes`, enforced while
+  pipe (the wire, _wire.py: JSON, each message at most `max_output_bytes`, enforced while
   reading). No test code, expected value or verdict ever enters its process. A value-shaped
-  test (code_asserts.py: asserts over calls of the program's functions) is evaluated here, in
-  the harness; any other test code runs in a fresh interpreter of its own (_code_judge.py),
+  test (asserts.py: asserts over calls of the program's functions) is evaluated here, in
+  the harness; any other test code runs in a fresh interpreter of its own (_judge.py),
   whose names of the program are handles to that process. The test's outcome is the
   harness's or the judge's: exit status, stdout, anything printed or written plays no part.
 docs/environments.md lists which shapes are judged which way and what stays trusted.
@@ -27,27 +27,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rewardprof.environments import sandbox_cleanup, sandbox_memory
-from rewardprof.environments._code_remote import ProgramClient, ProgramRaised, Unjudgeable
-from rewardprof.environments._code_wire import Channel, ChannelClosed, WireViolation
-from rewardprof.environments.code_asserts import judge_values, value_plan
-from rewardprof.environments.code_names import TaskNames
+from rewardprof.environments.code._remote import ProgramClient, ProgramRaised, Unjudgeable
+from rewardprof.environments.code._wire import Channel, ChannelClosed, WireViolation
+from rewardprof.environments.code.asserts import judge_values, value_plan
+from rewardprof.environments.code.names import TaskNames
 from rewardprof.environments.sandbox import (
     Limits,
     RunResult,
     SandboxError,
     choose_mechanism,
+    cleanup,
     kill_uid,
+    memory,
     run_program,
     sandbox_python,
 )
-from rewardprof.environments.sandbox_bwrap import bwrap_works
+from rewardprof.environments.sandbox.bwrap import bwrap_works
 
 log = logging.getLogger("rewardprof.environments.code")
 _HERE = Path(__file__).parent
-_WIRE = (_HERE / "_code_wire.py").read_text() + (_HERE / "_code_values.py").read_text()
-RUNNER = _WIRE + (_HERE / "_sandbox_runner.py").read_text()
-JUDGE = _WIRE + (_HERE / "_code_remote.py").read_text() + (_HERE / "_code_judge.py").read_text()
+_WIRE = (_HERE / "_wire.py").read_text() + (_HERE / "_values.py").read_text()
+RUNNER = _WIRE + (_HERE / "_runner.py").read_text()
+JUDGE = _WIRE + (_HERE / "_remote.py").read_text() + (_HERE / "_judge.py").read_text()
 _RAISED = {"error": "runtime_error", "memory": "memory_limit", "exit": "early_exit"}
 _WIRE_FAULT = {"oversized": "output_limit", "malformed": "protocol_violation"}
 _JUDGE_END = {
@@ -262,19 +263,19 @@ def _run_one(program: str, test: dict[str, Any], limits: Limits, workdir: Path, 
 
 def prepare(limits: Limits) -> str:
     """Once per worker: bind it to its rollout job and sweep what killed jobs left
-    (sandbox_cleanup, sandbox_memory); then the mechanism to use (bubblewrap's probe is
+    (sandbox.cleanup, sandbox.memory); then the mechanism to use (bubblewrap's probe is
     cached), said in the job's log with how memory_mb is enforced."""
-    first = not sandbox_cleanup.swept()
-    sandbox_cleanup.prepare_worker(kill_uid)
+    first = not cleanup.swept()
+    cleanup.prepare_worker(kill_uid)
     mechanism = choose_mechanism(limits)
     if first:
-        sandbox_memory.sweep_stale()
-        memory = (
+        memory.sweep_stale()
+        enforced = (
             "one memory cgroup per sandbox"
-            if sandbox_memory.available()
+            if memory.available()
             else "per process (RLIMIT_AS): no writable cgroup v1 memory controller"
         )
-        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, memory)
+        log.info("code sandbox: %s; memory_mb %d: %s", mechanism, limits.memory_mb, enforced)
     return mechanism
 
 
@@ -295,7 +296,7 @@ def run_tests(program: str, tests: list[dict[str, Any]], limits_dict: dict[str, 
         if (mechanism == "launcher" and limits.sandbox == "auto")
         else None
     )
-    root = sandbox_cleanup.scratch_root()
+    root = cleanup.scratch_root()
     try:
         for i, test in enumerate(tests):
             workdir = root / str(i)

@@ -1,12 +1,12 @@
 # ruff: noqa: S102
-"""ns_tools' stateful Python tool, run in the sandbox once per call (nemo_ns_tools.py).
+"""ns_tools' stateful Python tool, run in the sandbox once per call (nemo_ns_tools).
 
-nemo_ns_tools.py runs this file's text with `python -I` in the sandbox (importing it runs
-nothing). It reads its request from stdin: {"cells": earlier code to run again, "code": this
-call's, "timeout_s", "grace_s", "packages", "max_chars"}; writes "ready" once IPython is up and
-"cell" before this call's code; and one JSON line last on stdout: {"stdout", "stderr",
-"status", "cut"}: status completed | error | interrupted, cut whether each stream went past
-max_chars (the rest was not kept).
+The environment (this package's __init__.py) runs this file's text with `python -I` in the
+sandbox (importing it runs nothing). It reads its request from stdin: {"cells": earlier code to
+run again, "code": this call's, "timeout_s", "grace_s", "packages", "max_chars"}; writes "ready"
+once IPython is up and "cell" before this call's code; and one JSON line last on stdout:
+{"stdout", "stderr", "status", "cut"}: status completed | error | interrupted, cut whether each
+stream went past max_chars (the rest was not kept).
 
 The interpreter is NeMo Skills' sandbox's (the one NeMo Gym's ns_tools server calls): an IPython
 shell with plain tracebacks, the value of a last expression displayed as `Out[n]: ...` (pretty

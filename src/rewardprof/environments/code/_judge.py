@@ -1,14 +1,14 @@
 """The grader's side of an assert test of any shape: runs the test code in a fresh interpreter
-of its own, `python -I -S -c <_code_wire.py + _code_values.py + _code_remote.py + this
+of its own, `python -I -S -c <_wire.py + _values.py + _remote.py + this
 file>`, its config (the test among it) on stdin, never in its argv (another process's command
 line is readable through /proc). Started by the harness outside the sandbox; the program never
 runs here.
 
 The namespace the test runs in (as `__main__`, so unittest finds its TestCase classes) is
 built from the task, never from the program, except for the program's own names
-(code_names.py): first the prompt's given code (its imports and helpers), then the standard
+(names.py): first the prompt's given code (its imports and helpers), then the standard
 library modules and names the test uses, then the program's names, each a handle or proxy
-(_code_remote.py) whose calls are computed in the program's process; `solution` is the
+(_remote.py) whose calls are computed in the program's process; `solution` is the
 program's module for `from solution import add`. The assert, unittest's assertEqual,
 math.isclose and the count of what passed all run here, on data. Every unittest result is
 watched: a failure or error in any TestCase is the verdict, whatever the runner does with it.
@@ -78,7 +78,7 @@ def namespace_for(cfg, program):
     module = type(sys)("__main__")
     namespace = module.__dict__
     sys.modules["__main__"] = module
-    sys.modules["solution"] = SolutionModule(program)  # noqa: F821 (_code_remote.py)
+    sys.modules["solution"] = SolutionModule(program)  # noqa: F821 (_remote.py)
     if names["given"]:
         try:
             exec(compile(names["given"], "<prompt>", "exec", dont_inherit=True), namespace)

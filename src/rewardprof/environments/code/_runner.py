@@ -1,5 +1,5 @@
 """The program's side of an assert test: runs in the sandbox as
-`python -I -c <_code_wire.py + _code_values.py + this file> <config json>`. It only computes.
+`python -I -c <_wire.py + _values.py + this file> <config json>`. It only computes.
 
 It loads the program as a module named `solution` (so an `if __name__ == "__main__":` block does
 not run), says {"event": "loaded"} (or how loading failed), then answers requests from the grader
@@ -14,7 +14,7 @@ until the grader hangs up:
     answers: {"value": <wire value>} or {"raised": "error"|"memory"|"exit", "type", "detail"}
 
 No test code, no expected value and no verdict ever enters this process: the grader
-(code_harness.py, or _code_judge.py for test code of any shape) compares outside. Whatever
+(harness.py, or _judge.py for test code of any shape) compares outside. Whatever
 the program does here (rebinding builtins, patching modules, tracing, walking the stack,
 writing to the pipes itself) changes only the values it sends, never how they are judged.
 Only the standard library; no rewardprof import.
@@ -56,7 +56,7 @@ def class_info(cls, depth=0):
 
 
 def refer(value):
-    """What is not data: the grader gets a handle to it (see _code_remote.py)."""
+    """What is not data: the grader gets a handle to it (see _remote.py)."""
     if isinstance(value, type) and value.__module__ != "builtins":
         return {"class": class_info(value)}
     if isinstance(value, collections.abc.Iterator):
@@ -88,7 +88,7 @@ SPECIAL = {"str": str, "repr": repr, "len": len, "iter": iter, "getitem": lambda
 
 def compute(request, namespace):
     op = request.get("op")
-    decoder = Decoder(resolve, None, "solution")  # noqa: F821 (_code_values.py)
+    decoder = Decoder(resolve, None, "solution")  # noqa: F821 (_values.py)
     args = [decoder.decode(a) for a in request.get("args", [])]
     kwargs = {k: decoder.decode(v) for k, v in request.get("kwargs", [])}
     if op == "name":

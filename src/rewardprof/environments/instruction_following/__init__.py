@@ -9,9 +9,9 @@ optionally `grading_mode`: `binary` (1 only if every instruction is followed) or
 These fields may also sit under `verifier_metadata` (NeMo Gym's newer layout), which wins over
 the top level as in NeMo Gym.
 
-Each id is scored by the registry that knows it (rewardprof.environments.instruction_checks):
+Each id is scored by the registry that knows it (checks.py):
 if-verifiable's IFEval or IFBench checks, or NeMo Gym's `verifiable_instructions` ids
-(rewardprof.environments.verifiable_instructions). An id no registry knows fails the row at
+(verifiable_instructions.py). An id no registry knows fails the row at
 materialize with the known ids. Null kwargs are dropped before a checker is built. A checker
 that raises counts as not followed for rows with NeMo Gym ids and under
 `options.check_errors: not_followed` (NeMo Gym's rule; extras.check_errors says which and why),
@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from rewardprof.core.kinds import FailureKind
-from rewardprof.environments import instruction_checks as checks
 from rewardprof.environments.base import (
     Environment,
     RowError,
@@ -37,6 +36,7 @@ from rewardprof.environments.base import (
     extract_messages,
 )
 from rewardprof.environments.extract import last_user_text
+from rewardprof.environments.instruction_following import checks
 from rewardprof.environments.options import VerifyTimeout
 
 GRADING_MODES = ("binary", "fraction")

@@ -5,7 +5,7 @@ where it works), in NeMo Gym's interpreter (few builtins; numpy, scipy and panda
 scipy and pd; the value of a bare last line as `result`), and answers as its resource server
 does: `{"success", "stdout", "stderr", "error_message", "result"}`. One interpreter state per
 episode: each call runs in a fresh sandbox that first runs the episode's earlier cells again,
-their output discarded (_python_tool_session.py), so a killed job or a resumed episode has
+their output discarded (_python_session.py), so a killed job or a resumed episode has
 nothing left running, and two episodes never share a variable. The reward is 1 when the last
 `\\boxed{...}` of the assistant's messages (searched from the last one back), else of the tool
 outputs' stdout, equals `expected_result` after NeMo Gym's normalization (outer `\\( \\)`, `$ $`,
@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import sysconfig
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,9 +26,9 @@ from pydantic import PositiveFloat, PositiveInt
 from rewardprof.environments.acting import ActingEnvironment, Episode, ToolFailure
 from rewardprof.environments.base import Verdict, VerifyContext
 from rewardprof.environments.options import EpisodeOptions
-from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_program
+from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_tool_call
 
-SESSION = (Path(__file__).parent / "_python_tool_session.py").read_text()
+SESSION = (Path(__file__).parent / "_python_session.py").read_text()
 READY = "ready\n"  # the session's first line, once numpy, scipy and pandas are loaded
 ANSWER_KEYS = {"stdout", "stderr", "result", "error_message"}
 _NUMERIC_CHARS = 4300  # longer strings are not compared as numbers (float() is not linear)
@@ -73,20 +70,8 @@ def run_cell(
     cells: list[str], code: str, limits: dict[str, Any], timeout: int, max_chars: int
 ) -> str:
     """In a verification worker: one execute_python call in a fresh sandbox; its answer."""
-    lim = Limits(**limits)
-    mechanism = choose_mechanism(lim)
-    request = {
-        "cells": cells,
-        "code": code,
-        "timeout_s": timeout,
-        "packages": [os.path.realpath(p) for p in lim.packages],  # bound at their real paths
-        "max_chars": max_chars,
-    }
-    workdir = Path(tempfile.mkdtemp(prefix="rewardprof-pytool-"))
-    try:
-        res, _ = run_program(SESSION, json.dumps(request), lim, workdir, mechanism)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    request = {"cells": cells, "code": code, "timeout_s": timeout, "max_chars": max_chars}
+    res = run_tool_call(SESSION, request, Limits(**limits), "rewardprof-pytool-")
     if not res.stdout.startswith(READY):  # numpy & co. did not load: the tool is broken
         raise ToolFailure(f"the Python tool did not start: {res.stderr[-300:]!r}")
     if res.timed_out:

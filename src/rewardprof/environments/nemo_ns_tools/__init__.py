@@ -2,7 +2,7 @@
 
 `stateful_python_code_exec(code)` runs the model's code in the code environment's sandbox
 (bubblewrap where it works) in an IPython shell as NeMo Skills' sandbox runs it
-(_ns_python_session.py), and answers as NeMo Skills' `DirectPythonTool` does: the cell's
+(_ipython_session.py), and answers as NeMo Skills' `DirectPythonTool` does: the cell's
 stdout then stderr as plain text, its traceback plain with the `File <ipython-...>` lines and
 the `Out[n]:` prompts removed, each stream cut at `max_output_characters` with `<output cut>`,
 one trailing newline dropped. Past `exec_timeout_s` the cell is interrupted (its
@@ -25,11 +25,8 @@ fallback when `judge` is set).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sysconfig
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,9 +36,9 @@ from pydantic import PositiveFloat, PositiveInt
 from rewardprof.environments.acting import ActingEnvironment, Episode, ToolFailure
 from rewardprof.environments.base import RowError, Verdict, VerifyContext
 from rewardprof.environments.options import EpisodeOptions, JudgeOptions
-from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_program
+from rewardprof.environments.sandbox import Limits, SandboxError, choose_mechanism, run_tool_call
 
-SESSION = (Path(__file__).parent / "_ns_python_session.py").read_text()
+SESSION = (Path(__file__).parent / "_ipython_session.py").read_text()
 TOOL = "stateful_python_code_exec"
 GRACE_S = 0.5  # NeMo Skills' wait between its SIGINT and killing the shell
 # NeMo Skills' words when a session was lost and is not restored (its sandbox.py)
@@ -107,21 +104,14 @@ def run_cell(
 ) -> tuple[str, str, str, list[bool]]:
     """In a verification worker: one call in a fresh sandbox; (stdout, stderr, status, cut)
     with status completed | error | interrupted | timeout | died | lost."""
-    lim = Limits(**limits)
-    mechanism = choose_mechanism(lim)
     request = {
         "cells": cells,
         "code": code,
         "timeout_s": timeout,
         "grace_s": GRACE_S,
-        "packages": [os.path.realpath(p) for p in lim.packages],  # bound at their real paths
         "max_chars": 4 * max_chars + 4096,  # what postprocessing removes still fits
     }
-    workdir = Path(tempfile.mkdtemp(prefix="rewardprof-nspy-"))
-    try:
-        res, _ = run_program(SESSION, json.dumps(request), lim, workdir, mechanism)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    res = run_tool_call(SESSION, request, Limits(**limits), "rewardprof-nspy-")
     if not res.stdout.startswith("ready\n"):  # IPython did not start: the tool is broken
         raise ToolFailure(f"the Python tool did not start: {res.stderr[-300:]!r}")
     head, marker, tail = res.stdout.partition("\ncell\n")

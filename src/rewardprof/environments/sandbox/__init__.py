@@ -1,21 +1,21 @@
-"""Run one untrusted Python program once, contained; the test logic is in code_harness.py.
+"""Run one untrusted Python program once, contained (the code tests: code/harness.py).
 
 Two mechanisms, named in every result's `sandbox["mechanism"]`:
 - `bubblewrap` (preferred; Debian package `bubblewrap`): the program sees only /usr, the
   interpreter and its standard library, its own /proc and a size-limited scratch tmpfs, in new
-  network, PID, IPC and UTS namespaces (sandbox_bwrap.py); inside, the launcher sets rlimits,
+  network, PID, IPC and UTS namespaces (bwrap.py); inside, the launcher sets rlimits,
   drops to a throwaway uid and execs the program, which is PID 1: when it exits, the kernel
   kills every process it left.
 - `launcher` (the fallback when bwrap is missing or cannot create namespaces here): the
-  launcher alone (_sandbox_launcher.py). As root: a network namespace, every mount read-only,
+  launcher alone (_launcher.py). As root: a network namespace, every mount read-only,
   the scratch directory a size-limited tmpfs, rlimits, the throwaway uid, and afterwards
   `kill -1` as that uid. It does NOT hide the filesystem (the project, the run directory and
   /proc stay readable) nor host Unix sockets. Without root: only the rlimits and a timeout.
 
-Both (sandbox_mechanisms.py puts them behind one interface, `Sandbox`): a wall-clock timeout
+Both (mechanisms.py puts them behind one interface, `Sandbox`): a wall-clock timeout
 (SIGKILL), stdout and stderr to files capped by RLIMIT_FSIZE, a parent-death SIGKILL so nothing
-outlives the verification worker (sandbox_cleanup.py), and `memory_mb` for the whole sandbox
-(a memory cgroup per run where the machine has one, sandbox_memory.py; else per process).
+outlives the verification worker (cleanup.py), and `memory_mb` for the whole sandbox
+(a memory cgroup per run where the machine has one, memory.py; else per process).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,15 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from rewardprof.core.errors import RewardprofError
-from rewardprof.environments import sandbox_cleanup
-from rewardprof.environments.sandbox_bwrap import bwrap_works
-from rewardprof.environments.sandbox_mechanisms import (
+from rewardprof.environments.sandbox import cleanup
+from rewardprof.environments.sandbox.bwrap import bwrap_works
+from rewardprof.environments.sandbox.mechanisms import (
     Sandbox,
     kill_uid,
     launcher_command,
     sandbox_for,
 )
-from rewardprof.environments.sandbox_memory import MemoryCgroup
+from rewardprof.environments.sandbox.memory import MemoryCgroup
 
 MECHANISMS = ("auto", "bubblewrap", "launcher")
 _counter = itertools.count()
@@ -122,11 +123,11 @@ def choose_mechanism(limits: Limits) -> str:
 
 
 def new_uid() -> int:
-    """A throwaway uid from this worker's range (sandbox_cleanup.worker_uids)."""
+    """A throwaway uid from this worker's range (cleanup.worker_uids)."""
     if os.getuid() != 0:
         return os.getuid()
     with _lock:
-        return sandbox_cleanup.worker_uids(os.getpid())[next(_counter) % 64]
+        return cleanup.worker_uids(os.getpid())[next(_counter) % 64]
 
 
 def _read_capped(path: Path, cap: int) -> str:
@@ -213,15 +214,66 @@ def _program_env(scratch: str) -> dict[str, str]:
     }
 
 
-def _launcher_limits(limits: Limits) -> dict[str, int]:
-    """The rlimits the launcher sets (_sandbox_launcher.set_limits)."""
+def _launcher_config(
+    box: Sandbox, limits: Limits, uid: int, scratch: str, status_w: int, argv: list[str]
+) -> dict[str, Any]:
+    """What the launcher reads from its config pipe: who the program runs as, the rlimits
+    it sets (_launcher.set_limits), the program's argv and environment."""
     return {
+        "mode": "run",
+        "uid": uid,
+        "status_fd": status_w,
+        "scratch": scratch,
+        **box.launcher_options(limits.isolate),
         "scratch_bytes": limits.scratch_mb << 20,
         "cpu_s": limits.cpu_s,
         "memory_mb": limits.memory_mb,
         "max_output_bytes": limits.max_output_bytes,
         "nproc": limits.nproc,
+        "argv": argv,
+        "env": _program_env(scratch),
     }
+
+
+def _program_argv(
+    python: str, program_path: str, runner: tuple[str, dict[str, Any]] | None
+) -> list[str]:
+    """`python -I main.py`, or the runner's script with the program's path in its config."""
+    if runner is None:
+        return [python, "-I", program_path]
+    source, config = runner
+    return [python, "-I", "-c", source, json.dumps({**config, "program": program_path})]
+
+
+def _wrapper(
+    box: Sandbox, python: str, workdir: Path, limits: Limits, pass_fds: tuple[int, ...]
+) -> tuple[list[str], str, str, MemoryCgroup | None]:
+    """The mechanism's command around the launcher, and the run's memory cgroup (None: per
+    process); the caller's `pass_fds` are closed if either cannot be had."""
+    try:
+        wrapper, launcher_python, cwd = box.command(
+            python, workdir, limits.scratch_mb << 20, tuple(limits.packages)
+        )
+        return wrapper, launcher_python, cwd, MemoryCgroup.create(limits.memory_mb)
+    except BaseException:
+        for fd in pass_fds:
+            os.close(fd)
+        raise
+
+
+def _result(
+    status: dict[str, Any],
+    proc: subprocess.Popen,
+    timed_out: bool,
+    wall: float,
+    workdir: Path,
+    cap: int,
+) -> RunResult:
+    # how the program itself ended, as the launcher saw it (bwrap's own exit code turns a
+    # signal into 128 + n); else the process we started is the program
+    returncode = status.pop("program_exit", proc.returncode)
+    stdout, stderr = _read_capped(workdir / "stdout", cap), _read_capped(workdir / "stderr", cap)
+    return RunResult(returncode, stdout, stderr, timed_out, round(wall, 3), status)
 
 
 def run_program(
@@ -249,31 +301,10 @@ def run_program(
     (workdir / "stdin").write_text(stdin)
     python = sandbox_python(limits, mechanism)
     program_path, scratch = box.paths(workdir, uid)
-    argv = [python, "-I", program_path]
-    if runner is not None:
-        source, config = runner
-        argv = [python, "-I", "-c", source, json.dumps({**config, "program": program_path})]
-    env = _program_env(scratch)
-    try:
-        wrapper, launcher_python, cwd = box.command(
-            python, workdir, limits.scratch_mb << 20, tuple(limits.packages)
-        )
-        cgroup = MemoryCgroup.create(limits.memory_mb)
-    except BaseException:
-        for fd in pass_fds:
-            os.close(fd)
-        raise
+    argv = _program_argv(python, program_path, runner)
+    wrapper, launcher_python, cwd, cgroup = _wrapper(box, python, workdir, limits, pass_fds)
     status_r, status_w = os.pipe()
-    cfg = {
-        "mode": "run",
-        "uid": uid,
-        "status_fd": status_w,
-        "scratch": scratch,
-        **box.launcher_options(limits.isolate),
-        **_launcher_limits(limits),
-        "argv": argv,
-        "env": env,
-    }
+    cfg = _launcher_config(box, limits, uid, scratch, status_w, argv)
     launcher, cfg_fd = launcher_command(launcher_python, cfg)
     cmd = [*wrapper, *launcher]
     if cgroup is not None:  # its first process joins the cgroup, then execs the sandbox
@@ -282,7 +313,7 @@ def run_program(
     start = time.monotonic()
     try:
         proc, timed_out, talk = _supervise(
-            cmd, cwd, env, workdir, (status_w, cfg_fd, *pass_fds), during, limits.timeout_s
+            cmd, cwd, cfg["env"], workdir, (status_w, cfg_fd, *pass_fds), during, limits.timeout_s
         )
         wall = time.monotonic() - start
         reading, status_r = status_r, -1  # _launcher_report closes it
@@ -295,19 +326,31 @@ def run_program(
         if cgroup is not None:
             cgroup.remove()
     status.update(box.containment(), **memory, mechanism=mechanism)
-    # how the program itself ended, as the launcher saw it (bwrap's own exit code turns a
-    # signal into 128 + n); else the process we started is the program
-    returncode = status.pop("program_exit", proc.returncode)
-    cap = limits.max_output_bytes
-    result = RunResult(
-        returncode,
-        _read_capped(workdir / "stdout", cap),
-        _read_capped(workdir / "stderr", cap),
-        timed_out,
-        round(wall, 3),
-        status,
-    )
-    return result, talk
+    return _result(status, proc, timed_out, wall, workdir, limits.max_output_bytes), talk
 
 
-__all__ = ["Limits", "RunResult", "SandboxError", "choose_mechanism", "kill_uid", "run_program"]
+def run_tool_call(
+    program: str, request: dict[str, Any], limits: Limits, scratch_prefix: str
+) -> RunResult:
+    """One call of a tool whose program runs in a fresh sandbox (the Python tools of
+    math_with_code and ns_tools): `request` as JSON on its stdin, with the directories it may
+    import from (`limits.packages`) at their real paths, where bubblewrap binds them."""
+    mechanism = choose_mechanism(limits)
+    request = {**request, "packages": [os.path.realpath(p) for p in limits.packages]}
+    workdir = Path(tempfile.mkdtemp(prefix=scratch_prefix))
+    try:
+        result, _ = run_program(program, json.dumps(request), limits, workdir, mechanism)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+__all__ = [
+    "Limits",
+    "RunResult",
+    "SandboxError",
+    "choose_mechanism",
+    "kill_uid",
+    "run_program",
+    "run_tool_call",
+]

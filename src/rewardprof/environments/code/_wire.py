@@ -1,9 +1,9 @@
 """The wire between a program and its grader: one JSON object per line on a pair of pipes.
 
-Stdlib only and self-contained: the harness imports it; its text, then _code_values.py's, is
-also prepended to the scripts that speak it in other processes (`_sandbox_runner.py` in the
-sandbox, the program's side; `_code_remote.py` + `_code_judge.py`, the grader's side for test
-code of any shape). What a value looks like on it is _code_values.py's. The receiving side
+Stdlib only and self-contained: the harness imports it; its text, then _values.py's, is
+also prepended to the scripts that speak it in other processes (`_runner.py` in the
+sandbox, the program's side; `_remote.py` + `_judge.py`, the grader's side for test
+code of any shape). What a value looks like on it is _values.py's. The receiving side
 enforces the declared size cap of a message while it reads, never after.
 """
 

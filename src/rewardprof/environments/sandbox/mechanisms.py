@@ -1,8 +1,8 @@
 """The two sandbox mechanisms behind one interface (`Sandbox`): bubblewrap and the fallback.
 
-Both start the launcher (_sandbox_launcher.py), which sets the rlimits, drops to the throwaway
+Both start the launcher (_launcher.py), which sets the rlimits, drops to the throwaway
 uid and execs the program; they differ in what surrounds it:
-- `BwrapSandbox`: bubblewrap builds the filesystem view and the namespaces (sandbox_bwrap.py);
+- `BwrapSandbox`: bubblewrap builds the filesystem view and the namespaces (bwrap.py);
   the launcher runs inside it and gives the program a PID namespace of its own, so what the
   program leaves running dies with it;
 - `FallbackSandbox`: the launcher alone (as root: network and mount namespaces, read-only
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from rewardprof.environments.sandbox_bwrap import SANDBOX_PROGRAM, SANDBOX_SCRATCH, bwrap_argv
+from rewardprof.environments.sandbox.bwrap import SANDBOX_PROGRAM, SANDBOX_SCRATCH, bwrap_argv
 
-LAUNCHER = (Path(__file__).with_name("_sandbox_launcher.py")).read_text()
+LAUNCHER = (Path(__file__).with_name("_launcher.py")).read_text()
 
 
 def launcher_command(python: str, cfg: dict[str, Any]) -> tuple[list[str], int]:
