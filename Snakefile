@@ -20,6 +20,7 @@ localrules:
     stage_config,
     shard,
     report,
+    adaptive_savings,
 
 
 include: "rules/common.smk"

@@ -1,7 +1,7 @@
 """Adaptive runs in process, as the workflow makes them, and their exports.
 
 `bayes_run` follows the workflow's steps with the package's functions: the first round (exact's
-rounds up to min_rollouts: stages/rollout/adaptive_rounds.first_round_settings), the labels'
+rounds up to min_rollouts: stages/adaptive_settings.first_round_settings), the labels'
 priors fitted on it with the audit share and each label's stopping threshold
 (stop_budget.with_stop_thresholds), then the rounds, audited tasks never stopped by the prior.
 `exact_run` is exact's rounds. `export_keep` puts a run's rollouts and plan through the profile

@@ -38,8 +38,8 @@ from rewardprof.engine.session import Endpoint  # noqa: E402
 from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
-from rewardprof.stages.rollout.seeds import task_seed  # noqa: E402
 from rewardprof.stages.rollout.work import FixedWork  # noqa: E402
+from rewardprof.store.seeds import task_seed  # noqa: E402
 
 K = 8
 

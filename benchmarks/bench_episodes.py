@@ -37,7 +37,7 @@ from aiohttp import web
 
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages import MaterializePaths, materialize
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.testing.openai_http import BackgroundServer
 from rewardprof.testing.sim_batching import LengthModel
@@ -126,7 +126,9 @@ def run_case(args: argparse.Namespace, latency: float, work: Path) -> dict:
             origin="bench",
         )
         tasks = work / "tasks.parquet"
-        materialize.run(cfg, StagePaths(tasks=tasks, report=work / "report.json", base_dir=work))
+        materialize.run(
+            cfg, MaterializePaths(tasks=tasks, report=work / "report.json", base_dir=work)
+        )
         endpoint = Endpoint(sim.base_url, "sim-model", None, identity="sim")
         started = time.monotonic()
         out = work / "out.parquet"

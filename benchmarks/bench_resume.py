@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import Text, default_out, rollout_batch, tasks_table, write_parquet  # noqa: E402
 
 from rewardprof.manifest.load import validate_config  # noqa: E402
-from rewardprof.stages import StagePaths, shard  # noqa: E402
-from rewardprof.stages.rollout.seeds import gen_key  # noqa: E402
+from rewardprof.stages import ShardPaths, shard  # noqa: E402
 from rewardprof.store.schemas import COLUMN_NAMES, ROLLOUT_SCHEMA  # noqa: E402
+from rewardprof.store.seeds import gen_key  # noqa: E402
+from rewardprof.store.shards import ShardPosition  # noqa: E402
 from rewardprof.testing.fake_server import FakeOpenAI  # noqa: E402
 
 K = 8
@@ -68,8 +69,8 @@ def prepare(d: Path, num_tasks: int, other_shards: int) -> None:
     (d / "journal").mkdir(parents=True)
     table, report = tasks_table(num_tasks, K)
     write_parquet(table, d / "all_tasks.parquet")
-    one_shard = StagePaths(
-        tasks=d / "all_tasks.parquet", out=d / "tasks.parquet", shard=0, num_shards=1
+    one_shard = ShardPaths(
+        tasks=d / "all_tasks.parquet", out=d / "tasks.parquet", shard=ShardPosition(0, 1)
     )
     shard.run(None, one_shard)  # as the shard rule does
     (d / "report.json").write_text(json.dumps(report))

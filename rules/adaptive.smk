@@ -10,6 +10,7 @@ rule adaptive_first_round:
         done=LAYOUT.first_round("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
+        run_dir=lambda wildcards: str(LAYOUT.root),  # its heartbeats, the run line
     resources:
         engine_slots=engine_resources(),
     log:
@@ -22,7 +23,7 @@ rule adaptive_first_round:
     shell:
         "rewardprof adaptive-first-round --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.done:q}"
-        " --shard {wildcards.i:q} --num-shards {wildcards.n:q}"
+        " --shard {wildcards.i:q} --num-shards {wildcards.n:q} --run-dir {params.run_dir:q}"
         " --engine-log {log.engine:q} 2>> {log.rollout:q}"
 
 
@@ -61,3 +62,23 @@ rule adaptive_audit:
     shell:
         "rewardprof adaptive-audit --config {input.cfg:q} --tasks {input.tasks:q}"
         " --rollouts {input.rollouts:q} --prior {input.prior:q} --out {output.audit:q} 2> {log:q}"
+
+
+# What adaptive sampling saved (exact or bayes): the plans in the merged rollouts and, bayes, the
+# audit's agreement; the profile puts it in summary.json and says it at the end of the run.
+rule adaptive_savings:
+    input:
+        tasks=LAYOUT.tasks,
+        rollouts=LAYOUT.rollouts,
+        audit=[LAYOUT.adaptive_audit] if BAYES else [],
+    output:
+        savings=LAYOUT.adaptive_savings,
+    params:
+        audit=["--audit", str(LAYOUT.adaptive_audit)] if BAYES else [],
+    log:
+        LAYOUT.log("adaptive_savings"),
+    conda:
+        "../envs/core.yaml"
+    shell:
+        "rewardprof adaptive-savings --tasks {input.tasks:q} --rollouts {input.rollouts:q}"
+        " {params.audit:q} --out {output.savings:q} 2> {log:q}"

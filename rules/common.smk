@@ -47,11 +47,17 @@ wildcard_constraints:
 
 
 BAYES = CFG.adaptive.mode == "bayes"
+ADAPTIVE = CFG.adaptive.mode != "off"
 
 
 def adaptive_prior_input():
     """bayes: the rollout jobs wait for the priors fitted over all shards' first rounds."""
     return [str(LAYOUT.adaptive_prior)] if BAYES else []
+
+
+def adaptive_savings_input():
+    """Adaptive sampling: the profile says what it saved (rules/adaptive.smk)."""
+    return [str(LAYOUT.adaptive_savings)] if ADAPTIVE else []
 
 
 def report_front_page():

@@ -4,6 +4,7 @@ rule profile:
         rollouts=LAYOUT.rollouts,
         report=LAYOUT.materialize_report,
         cfg=LAYOUT.stage_config("profile"),
+        savings=adaptive_savings_input(),
     output:
         tasks=LAYOUT.profile_tasks,
         jsonl=LAYOUT.profile_jsonl,
@@ -11,6 +12,7 @@ rule profile:
         by_label=expand(LAYOUT.profile_by_label("{label}"), label=LABELS),
     params:
         out=lambda wildcards, output: os.path.dirname(output.tasks),
+        savings=["--savings", str(LAYOUT.adaptive_savings)] if ADAPTIVE else [],
     log:
         LAYOUT.log("profile"),
     benchmark:
@@ -21,4 +23,5 @@ rule profile:
         # the per-environment table goes to the log and to the terminal
         "rewardprof profile --config {input.cfg:q} --tasks {input.tasks:q}"
         " --rollouts {input.rollouts:q} --report {input.report:q} --out {params.out:q}"
+        " {params.savings:q}"
         " 2> {log:q} | tee -a {log:q}"

@@ -40,6 +40,7 @@ rule report:
         front_page=LAYOUT.report_file("front_page"),
     params:
         out=lambda wildcards, output: os.path.dirname(output.hist),
+        run_dir=lambda wildcards: str(LAYOUT.root),  # the front page's summary
     log:
         LAYOUT.log("report"),
     benchmark:
@@ -48,4 +49,5 @@ rule report:
         "../envs/core.yaml"
     shell:
         "rewardprof report --profile {input.profile:q} --summary {input.summary:q}"
-        " --export-report {input.export:q} --out {params.out:q} > {log:q} 2>&1"
+        " --export-report {input.export:q} --out {params.out:q} --run-dir {params.run_dir:q}"
+        " > {log:q} 2>&1"

@@ -11,6 +11,7 @@ rule rollout:
         rollouts=LAYOUT.shard_rollouts("{i}", "{n}"),
     params:
         journal=str(LAYOUT.journal),
+        run_dir=lambda wildcards: str(LAYOUT.root),  # its heartbeats, the run line
         prior=["--prior", str(LAYOUT.adaptive_prior)] if BAYES else [],
     resources:
         engine_slots=engine_resources(),
@@ -25,4 +26,5 @@ rule rollout:
         "rewardprof rollout --config {input.cfg:q} --tasks {input.tasks:q}"
         " --journal {params.journal:q} --out {output.rollouts:q}"
         " --shard {wildcards.i:q} --num-shards {wildcards.n:q} {params.prior:q}"
+        " --run-dir {params.run_dir:q}"
         " --engine-log {log.engine:q} 2>> {log.rollout:q}"

@@ -2,15 +2,15 @@
 
 Each stage takes its config as `--config FILE` (YAML/JSON; the rules pass the stage's file of
 the run directory, results/<run>/config/<stage>.json, see manifest/run_config.py) or
-`--config-json TEXT`. COMMANDS below is the one table of subcommands; a stage's handler turns
-its arguments into a StagePaths, calls the stage's `run(cfg, paths)` and logs the report.
+`--config-json TEXT`. COMMANDS below is the one table of subcommands; a stage command's
+arguments are generated from the fields of its paths class (rewardprof.stages), and its handler
+builds that class from them, calls the stage's `run(cfg, paths)` and logs the report.
 Errors of rewardprof (RewardprofError) are caught once, in `main`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import importlib
 import json
@@ -19,16 +19,30 @@ import os
 import socket
 import sys
 import traceback
+import typing
 from collections.abc import Callable
-from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rewardprof.core import attempt_log, redaction
 from rewardprof.core.config import Config, ConfigError, json_schema
 from rewardprof.core.errors import RewardprofError
 from rewardprof.manifest.load import validate_config
 from rewardprof.manifest.run_config import load_stage_config
-from rewardprof.stages import StagePaths, add_path_arguments
+from rewardprof.stages import (
+    AuditPaths,
+    ExportPaths,
+    FirstRoundPaths,
+    MaterializePaths,
+    MergePaths,
+    PriorPaths,
+    ProfilePaths,
+    ReportPaths,
+    RolloutPaths,
+    SavingsPaths,
+    ShardPaths,
+    add_path_arguments,
+    paths_from,
+)
 
 # commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
 ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
@@ -82,35 +96,21 @@ def _add_config(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config-json", help="config as JSON text")
 
 
-def _run_stage(name: str, args: argparse.Namespace, with_config: bool = True) -> dict:
+def _run_stage(name: str, args: argparse.Namespace, with_config: bool = True) -> Any:
     """Run stage `name` (rewardprof.stages.<name>) on the command's config and paths. The stage
     module is imported here, so a command loads only its own stage."""
     stage = importlib.import_module(f"rewardprof.stages.{name}")
-    return stage.run(_config(args) if with_config else None, _stage_paths(args))
+    paths_class = typing.get_type_hints(stage.run)["paths"]
+    return stage.run(_config(args) if with_config else None, paths_from(paths_class, args))
 
 
-def _stage_paths(args: argparse.Namespace) -> StagePaths:
-    """A stage command's StagePaths: its arguments are named as StagePaths' fields (dest)."""
-    values: dict[str, object] = {}
-    for field in dataclasses.fields(StagePaths):
-        value = getattr(args, field.name, None)
-        if value is None:
-            continue
-        if field.name in ("shard", "num_shards"):
-            values[field.name] = value
-        elif field.name == "shards":
-            values[field.name] = tuple(Path(v) for v in value)
-        else:
-            values[field.name] = Path(value)
-    return StagePaths(**values)
-
-
-def _config_and_paths(command: str) -> Callable[[argparse.ArgumentParser], None]:
-    """The arguments of a stage command that takes the config and its paths, nothing else."""
+def _stage_args(paths_class: type, with_config: bool = True) -> Callable:
+    """The arguments of a stage command: the config (unless the stage needs none), its paths."""
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        _add_config(p)
-        add_path_arguments(p, command)
+        if with_config:
+            _add_config(p)
+        add_path_arguments(p, paths_class)
 
     return add_arguments
 
@@ -138,28 +138,10 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shard_args(p: argparse.ArgumentParser) -> None:
-    add_path_arguments(p, "shard")
-    _shard_index_args(p)
-
-
-def _shard_index_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shard", type=int, required=True, help="this shard's index i (0..N-1)")
-    p.add_argument("--num-shards", type=int, required=True, help="the number of shards N")
-
-
 def cmd_shard(args: argparse.Namespace) -> int:
     n = _run_stage("shard", args, with_config=False)["num_tasks"]
     logging.info("shard %d of %d: %d tasks", args.shard, args.num_shards, n)
     return 0
-
-
-def _rollout_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    add_path_arguments(p, "rollout")
-    _shard_index_args(p)
-    p.add_argument("--engine-log", default=None, help="where serve mode writes the server log")
-    p.add_argument("--prior", default=None, help="adaptive bayes: the labels' fitted priors")
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -168,32 +150,24 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_first_round(args: argparse.Namespace) -> int:
-    logging.info("first round: %s", json.dumps(_run_stage("adaptive_first_round", args)))
+    logging.info("first round: %s", json.dumps(_run_stage("rollout.first_round", args)))
     return 0
 
 
-def _prior_args(p: argparse.ArgumentParser) -> None:
-    _add_config(p)
-    add_path_arguments(p, "prior")
-    p.add_argument("first_rounds", nargs="*", help="the shards' first-round summaries")
-
-
 def cmd_prior(args: argparse.Namespace) -> int:
-    from rewardprof.stages.rollout.adaptive_rounds import write_priors  # lazy: as cmd_rollout
-
-    labels = write_priors(_config(args), _stage_paths(args))["labels"]
-    logging.info("priors: %s", json.dumps(labels))
+    logging.info("priors: %s", json.dumps(_run_stage("adaptive.prior", args)["labels"]))
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    logging.info("audit: %s", json.dumps(_run_stage("adaptive_audit", args)["overall"]))
+    logging.info("audit: %s", json.dumps(_run_stage("adaptive.audit", args)["overall"]))
     return 0
 
 
-def _merge_args(p: argparse.ArgumentParser) -> None:
-    add_path_arguments(p, "merge")
-    p.add_argument("shards", nargs="+", help="the shard outputs, shard 0 first")
+def cmd_savings(args: argparse.Namespace) -> int:
+    saved = _run_stage("adaptive.savings", args, with_config=False)
+    logging.info("saved: %s", json.dumps({k: v for k, v in (saved or {}).items() if k != "labels"}))
+    return 0
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -206,8 +180,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from rewardprof.stages.adaptive_savings import savings_lines  # lazy: as format_table
     from rewardprof.stages.profile_summary import format_table  # lazy: only this command loads it
+    from rewardprof.stages.run_summary import savings_lines  # lazy: as format_table
 
     summary = _run_stage("profile", args)
     print(format_table(summary["labels"]), file=sys.stdout, flush=True)
@@ -229,11 +203,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_args(p: argparse.ArgumentParser) -> None:
-    add_path_arguments(p, "report")
-    p.add_argument("--export-report", default=None, help="export/report.json (optional)")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     for written in _run_stage("report", args, with_config=False)["written"]:
         print(written)
@@ -253,37 +222,48 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "materialize",
         "sources -> tasks table + report",
-        _config_and_paths("materialize"),
+        _stage_args(MaterializePaths),
         cmd_materialize,
     ),
-    Command("shard", "tasks of shard i of N", _shard_args, cmd_shard),
+    Command("shard", "tasks of shard i of N", _stage_args(ShardPaths, False), cmd_shard),
     Command(
         "rollout",
         "generate + verify the missing rollouts of one shard",
-        _rollout_args,
+        _stage_args(RolloutPaths),
         cmd_rollout,
     ),
     Command(
         "adaptive-first-round",
         "adaptive bayes: the first round of rollouts of one shard",
-        _rollout_args,
+        _stage_args(FirstRoundPaths),
         cmd_first_round,
     ),
     Command(
         "adaptive-prior",
         "adaptive bayes: fit each label's prior on the first round of all shards",
-        _prior_args,
+        _stage_args(PriorPaths),
         cmd_prior,
     ),
     Command(
         "adaptive-audit",
         "adaptive bayes: the audit sample's early decisions against the decisions at K",
-        _config_and_paths("audit"),
+        _stage_args(AuditPaths),
         cmd_audit,
     ),
-    Command("merge", "shard outputs -> rollouts dataset, checked", _merge_args, cmd_merge),
     Command(
-        "profile", "per-task reward profile + summaries", _config_and_paths("profile"), cmd_profile
+        "adaptive-savings",
+        "adaptive sampling: rollouts sent against fixed K, the audit's agreement",
+        _stage_args(SavingsPaths, False),
+        cmd_savings,
+    ),
+    Command(
+        "merge",
+        "shard outputs -> rollouts dataset, checked",
+        _stage_args(MergePaths, False),
+        cmd_merge,
+    ),
+    Command(
+        "profile", "per-task reward profile + summaries", _stage_args(ProfilePaths), cmd_profile
     ),
     Command("model", "Prepare the models the engine serves.", *_tool("engine.model")),
     Command(
@@ -306,13 +286,13 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "export",
         "filtered, re-weighted training set from a profile",
-        _config_and_paths("export"),
+        _stage_args(ExportPaths),
         cmd_export,
     ),
     Command(
         "report",
         "plots and tables of a profile (for snakemake --report)",
-        _report_args,
+        _stage_args(ReportPaths, False),
         cmd_report,
     ),
     Command(

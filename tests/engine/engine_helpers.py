@@ -17,7 +17,8 @@ from rewardprof.engine.model import MARKER, convert_builtin, engine_python, mode
 from rewardprof.engine.server import probe_engine
 from rewardprof.engine.session import EngineError
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages import MaterializePaths, ShardPaths, materialize, shard
+from rewardprof.store.shards import ShardPosition
 
 FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm"
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +113,8 @@ def make_shard(tmp: Path, k: int) -> tuple[dict, Path]:
         {"label": "m", "environment": "math", "source": str(tmp / "m.jsonl"), "num_repeats": k}
     ]
     tasks = tmp / "tasks.parquet"
-    materialize.run(validate_config(data), StagePaths(tasks=tasks, report=tmp / "report.json"))
-    shard.run(None, StagePaths(tasks=tasks, out=tmp / "shard.parquet", shard=0, num_shards=1))
+    materialize.run(
+        validate_config(data), MaterializePaths(tasks=tasks, report=tmp / "report.json")
+    )
+    shard.run(None, ShardPaths(tasks=tasks, out=tmp / "shard.parquet", shard=ShardPosition(0, 1)))
     return data, tmp / "shard.parquet"

@@ -30,8 +30,8 @@ from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
+from rewardprof.store.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

@@ -18,8 +18,9 @@ from harness.nemo_gym_rows import DATA
 from rewardprof.core.kinds import FailureKind
 from rewardprof.engine.session import engine_session
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages import MaterializePaths, ShardPaths, materialize, shard
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
+from rewardprof.store.shards import ShardPosition
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 _ = models_dir  # a fixture (imported to be found)
@@ -52,9 +53,9 @@ def test_counter_episodes_end_to_end_in_serve_mode(models_dir, tmp_path):
     }
     cfg = validate_config(data)
     tasks = tmp_path / "tasks.parquet"
-    materialize.run(cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json"))
+    materialize.run(cfg, MaterializePaths(tasks=tasks, report=tmp_path / "report.json"))
     shard_file = tmp_path / "shard.parquet"
-    shard.run(None, StagePaths(tasks=tasks, out=shard_file, shard=0, num_shards=1))
+    shard.run(None, ShardPaths(tasks=tasks, out=shard_file, shard=ShardPosition(0, 1)))
     out = tmp_path / "out.parquet"
     engine = EngineOpener(cfg.model_name, lambda: engine_session(cfg))
     run_shard(ShardJob(cfg, shard_file, tmp_path / "journal", out, "0-of-1"), engine)

@@ -23,10 +23,12 @@ from harness import shardkit as kit
 from harness.rounds import same_plans, shards_round_synchronous
 
 from rewardprof.decisions.planning.stop_tests import keep_at
-from rewardprof.stages import StagePaths, shard
-from rewardprof.stages.rollout.adaptive_rounds import load_priors, write_priors
+from rewardprof.stages import PriorPaths, ShardPaths, shard
+from rewardprof.stages.adaptive import prior as adaptive_prior
+from rewardprof.stages.adaptive_settings import load_priors
 from rewardprof.stages.rollout.shard_job import ShardJob, run_first_round, run_shard
 from rewardprof.store.plans import read_plans
+from rewardprof.store.shards import ShardPosition
 from rewardprof.testing.fake_server import FakeOpenAI
 
 K, TASKS = 8, 30
@@ -69,14 +71,15 @@ def _run(
         journal, parts, priors = tmp / "journal", [], None
         for i in range(num_shards):
             parts.append(tmp / f"shard{i}.parquet")
-            shard.run(cfg, StagePaths(tasks=tasks, out=parts[i], shard=i, num_shards=num_shards))
+            position = ShardPosition(i, num_shards)
+            shard.run(cfg, ShardPaths(tasks=tasks, out=parts[i], shard=position))
         if mode == "bayes":
             for i, part in enumerate(parts):
                 done = tmp / f"first{i}.json"
                 tag = f"{i}-of-{num_shards}"
                 run_first_round(ShardJob(cfg, part, journal, done, tag), kit.engine(cfg))
             prior = tmp / "prior.json"
-            write_priors(cfg, StagePaths(tasks=tasks, journal=journal, out=prior))
+            adaptive_prior.run(cfg, PriorPaths(tasks=tasks, journal=journal, out=prior))
             priors = load_priors(prior)
         outs = []
         for i, part in enumerate(parts):

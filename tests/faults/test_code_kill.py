@@ -30,7 +30,7 @@ from helpers import require_piece
 
 from rewardprof.environments.sandbox.cleanup import PREFIX, UID_BASE, runs, start_time
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages import MaterializePaths, materialize
 from rewardprof.testing.fake_server import FakeOpenAI
 
 MODEL = "fake-model"
@@ -136,7 +136,7 @@ def test_sigkill_during_code_verification_leaves_nothing(tmp_path, mechanism):
         cfg = code_config(server.base_url, mechanism)
         tasks = tmp_path / "tasks.parquet"
         materialize.run(
-            cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
+            cfg, MaterializePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
         )
         out = tmp_path / "out.parquet"
         cmd = kit.rollout_command(cfg, tasks, tmp_path / "journal", out)

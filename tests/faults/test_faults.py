@@ -17,11 +17,12 @@ import pytest
 from harness import shardkit as kit
 
 from rewardprof.engine.http_retry import RetryPolicy
-from rewardprof.stages import StagePaths, merge, profile
+from rewardprof.stages import MergePaths, ProfilePaths, merge, profile
 from rewardprof.stages.rollout.output import ShardIncomplete
-from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import read_rows, scan_journal
+from rewardprof.store.layout import ProfileFiles
+from rewardprof.store.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -266,7 +267,7 @@ def _profile(tmp_path, cfg, tasks) -> pd.DataFrame:
     rollouts = tmp_path / "rollouts.parquet"
     merge.run(
         None,
-        StagePaths(
+        MergePaths(
             shards=(tmp_path / "out.parquet",),
             tasks=tasks,
             journal=tmp_path / "journal",
@@ -276,11 +277,11 @@ def _profile(tmp_path, cfg, tasks) -> pd.DataFrame:
     )
     profile.run(
         cfg,
-        StagePaths(
+        ProfilePaths(
             tasks=tasks,
             rollouts=rollouts,
             report=tmp_path / "report.json",
-            out=tmp_path / "profile",
+            out=ProfileFiles(tmp_path / "profile"),
         ),
     )
     return pd.read_parquet(tmp_path / "profile/tasks.parquet").set_index("task_index")

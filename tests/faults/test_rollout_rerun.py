@@ -12,8 +12,9 @@ from harness import shardkit as kit
 
 from rewardprof.engine.host import free_port
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, rollout
+from rewardprof.stages import RolloutPaths, rollout
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
+from rewardprof.store.shards import ShardPosition
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -31,12 +32,11 @@ def _fill_journal(tmp_path):
 
 
 def _paths(tmp_path, tasks, out_name):
-    return StagePaths(
+    return RolloutPaths(
         tasks=tasks,
         journal=tmp_path / "journal",
         out=tmp_path / out_name,
-        shard=0,
-        num_shards=1,
+        shard=ShardPosition(0, 1),
         engine_log=tmp_path / "engine.log",
     )
 

@@ -19,11 +19,11 @@ from harness.nemo_gym_rows import DATA
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments.episode import turn_seed
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages import MaterializePaths, materialize
 from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
-from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
+from rewardprof.store.seeds import task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
@@ -46,7 +46,7 @@ def blend(tmp_path, base_url: str, num_repeats: int = 3):
     cfg = validate_config(data, origin="test")
     tasks = tmp_path / "tasks.parquet"
     materialize.run(
-        cfg, StagePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
+        cfg, MaterializePaths(tasks=tasks, report=tmp_path / "report.json", base_dir=tmp_path)
     )
     return cfg, tasks
 

@@ -15,9 +15,9 @@ from harness import shardkit as kit
 from rewardprof.core.config import ConfigError
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout import request_bodies, runner
-from rewardprof.stages.rollout.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
 from rewardprof.store.journal import scan_journal
+from rewardprof.store.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

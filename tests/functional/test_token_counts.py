@@ -11,8 +11,8 @@ import pytest
 from harness import shardkit as kit
 
 from rewardprof.engine.reply import parse_choices as _parse_choices
-from rewardprof.stages.rollout.seeds import gen_key, wants_token_ids
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
+from rewardprof.store.seeds import gen_key, wants_token_ids
 from rewardprof.testing.fake_server import FakeOpenAI
 
 

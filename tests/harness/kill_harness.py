@@ -388,7 +388,7 @@ def run_trial(root: Path, seed: int, point: str | None = None, mode: str = "fork
 
 
 def _expected(tasks: pd.DataFrame, cfg) -> pd.DataFrame:
-    from rewardprof.stages.rollout.seeds import task_seed
+    from rewardprof.store.seeds import task_seed
 
     rows = [
         (ti, r, task_seed(cfg.sampling.seed, tid) + r)

@@ -13,8 +13,9 @@ from pathlib import Path
 import yaml
 
 from harness import shardkit as kit
-from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages import MaterializePaths, ShardPaths, materialize, shard
 from rewardprof.store.layout import RunLayout
+from rewardprof.store.shards import ShardPosition
 
 
 def run_dir(
@@ -49,12 +50,13 @@ def run_dir(
     layout = RunLayout(tmp_path / "results" / "t", n)
     kit.write_source(tmp_path / "data" / "m.jsonl", tasks)
     materialize.run(
-        cfg, StagePaths(tasks=layout.tasks, report=layout.materialize_report, base_dir=tmp_path)
+        cfg,
+        MaterializePaths(tasks=layout.tasks, report=layout.materialize_report, base_dir=tmp_path),
     )
     for i in range(n):
         shard.run(
             None,
-            StagePaths(tasks=layout.tasks, out=layout.shard_tasks(i), shard=i, num_shards=n),
+            ShardPaths.from_layout(layout, ShardPosition(i, n)),
         )
     return layout, config
 
@@ -80,6 +82,8 @@ def rollout_job(layout: RunLayout, config: Path, i: int, log: Path) -> subproces
             str(i),
             "--num-shards",
             str(layout.num_shards),
+            "--run-dir",  # its heartbeat and the run's line, as the rule passes it
+            str(layout.root),
         ],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),

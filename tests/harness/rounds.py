@@ -14,7 +14,7 @@ from rewardprof.core.config import Config
 from rewardprof.decisions.audit.sample import audit_of
 from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Plan, Records, plan
 from rewardprof.decisions.priors.warm_start import prior_keys_of
-from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
+from rewardprof.stages.adaptive_settings import load_priors, settings_of
 
 
 def round_synchronous(

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 from rewardprof.core.config import Config
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths, materialize
-from rewardprof.stages.rollout.seeds import gen_key, task_seed
+from rewardprof.stages import MaterializePaths, materialize
 from rewardprof.stages.rollout.shard_job import EngineOpener
+from rewardprof.store.seeds import gen_key, task_seed
 
 MODEL = "fake-model"
 _Q = re.compile(r"What is (\d+) \+ (\d+)\?")
@@ -98,7 +98,9 @@ def make_tasks(workdir: Path, cfg: Config, num_tasks: int) -> Path:
     """Source + materialized tasks table under workdir; returns the tasks path."""
     write_source(workdir / "data" / "m.jsonl", num_tasks)
     tasks = workdir / "tasks.parquet"
-    materialize.run(cfg, StagePaths(tasks=tasks, report=workdir / "report.json", base_dir=workdir))
+    materialize.run(
+        cfg, MaterializePaths(tasks=tasks, report=workdir / "report.json", base_dir=workdir)
+    )
     return tasks
 
 

@@ -7,8 +7,9 @@ import json
 
 import pandas as pd
 
-from rewardprof.stages.adaptive_savings import savings, savings_lines
+from rewardprof.stages.adaptive.savings import savings
 from rewardprof.stages.report import _label_table
+from rewardprof.stages.run_summary import savings_lines
 
 
 def _run(tmp_path, audit: dict | None = None):

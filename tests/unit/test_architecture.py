@@ -1,7 +1,8 @@
-"""The package's shape, read from its source with `ast` (nothing is imported): no import cycle,
-no import off the dependency list, no reach into another package's private modules, no module
-over 400 lines, a reason on every function-local import, every module on the map of
-docs/architecture.md."""
+"""The package's shape, read from its source with `ast` (nothing is imported but RunLayout,
+whose file names are looked for): no import cycle, no import off the dependency list, no reach
+into another package's private modules, no module over 400 lines, a reason on every
+function-local import, every module on the map of docs/architecture.md; and the stage contract:
+every stage takes its typed paths, no stage imports another, only store/ names a run's files."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "src" / "rewardprof"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60  # from `def` (decorators aside) to its last line, docstring included
 # a trailing comment that gives the reason in one word first: `# lazy: matplotlib is slow`
 REASON = re.compile(r"#\s*[a-z][a-z-]*:\s*\S")
 
@@ -261,6 +263,30 @@ def test_no_module_over_400_lines():
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
+def _long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_the_function_length_check_finds_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    tree = ast.parse(f"def short():\n    return 1\n\ndef long():\n{body}\n")
+    assert _long_functions(tree) == ["long (61)"]
+
+
+def test_no_function_over_60_lines():
+    long = {
+        str(MODULES[m].relative_to(PACKAGE)): found
+        for m, tree in TREES.items()
+        if (found := _long_functions(tree))
+    }
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
 def test_every_function_local_import_says_why():
     """`# lazy: ...` (start-up time), `# cycle: ...`, `# optional: ...` (an extra that may be
     missing) or the like, on the import's own line(s); the standard library included."""
@@ -297,3 +323,180 @@ def test_every_module_is_on_the_architecture_map():
         if _is_code(p) and (rel := str(p.relative_to(PACKAGE))) not in text
     ]
     assert not absent, f"modules not named in {ARCHITECTURE.relative_to(REPO)}: {absent}"
+
+
+# ---- the stage contract (docs/architecture.md, "The stage contract") --------------------------
+
+STAGES_PACKAGE = "rewardprof.stages"
+
+
+def _defines_run(tree: ast.Module) -> ast.FunctionDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"), None)
+
+
+def _paths_classes(tree: ast.Module) -> set[str]:
+    """The frozen dataclasses named `*Paths` that `tree` (stages/__init__.py) defines."""
+    return {
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        and n.name.endswith("Paths")
+        and any(
+            "dataclass" in ast.unparse(d) and "frozen=True" in ast.unparse(d)
+            for d in n.decorator_list
+        )
+    }
+
+
+def _untyped_runs(trees: dict[str, ast.Module], paths_classes: set[str]) -> list[str]:
+    """Stage modules whose `run(cfg, paths)` does not take one of the paths classes."""
+    out = []
+    for module, tree in sorted(trees.items()):
+        run = _defines_run(tree)
+        if run is None or not module.startswith(STAGES_PACKAGE + "."):
+            continue
+        params = run.args.args
+        names = [a.arg for a in params]
+        hint = ast.unparse(params[1].annotation) if len(params) > 1 and params[1].annotation else ""
+        if names != ["cfg", "paths"] or hint not in paths_classes:
+            out.append(f"{module}: run({', '.join(names)}) takes paths: {hint or 'untyped'}")
+    return out
+
+
+def test_the_typed_paths_check_finds_an_untyped_stage():
+    trees = {
+        "rewardprof.stages.good": ast.parse("def run(cfg, paths: GoodPaths): ..."),
+        "rewardprof.stages.bad": ast.parse("def run(cfg, paths: dict): ..."),
+        "rewardprof.stages.worse": ast.parse("def run(cfg, paths): ..."),
+    }
+    assert _untyped_runs(trees, {"GoodPaths"}) == [
+        "rewardprof.stages.bad: run(cfg, paths) takes paths: dict",
+        "rewardprof.stages.worse: run(cfg, paths) takes paths: untyped",
+    ]
+
+
+def test_every_stage_takes_its_typed_paths():
+    classes = _paths_classes(TREES[STAGES_PACKAGE])
+    assert {"MaterializePaths", "RolloutPaths", "PriorPaths", "SavingsPaths"} <= classes
+    bad = _untyped_runs(TREES, classes)
+    assert not bad, "stages without their typed paths: " + "; ".join(bad)
+
+
+def _stage_unit(module: str, modules: dict[str, Path]) -> str | None:
+    """The stage a module of stages/ belongs to: its sub-package (stages.rollout, ...) or, for a
+    flat module, itself if it defines `run`; None for the package and the flat helpers."""
+    parts = module.split(".")
+    if module == STAGES_PACKAGE or parts[:2] != ["rewardprof", "stages"]:
+        return None
+    sub = ".".join(parts[:3])
+    if modules[sub].name == "__init__.py":  # a stage's sub-package
+        return sub
+    return module if _defines_run(TREES.get(module) or ast.parse("")) else None
+
+
+def _reaches_between_stages(edges: dict[str, set[str]], unit_of) -> list[str]:
+    """Imports of another stage (or its modules) from a stage or helper module of stages/, and
+    of the rollout stage from anywhere outside it but the CLI."""
+    out = []
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            unit = unit_of(target)
+            if unit is None or unit == unit_of(module) or module == "rewardprof.cli":
+                continue
+            if module.startswith(STAGES_PACKAGE + ".") or unit == "rewardprof.stages.rollout":
+                out.append(f"{module} -> {target}")
+    return out
+
+
+def test_the_stage_check_finds_reaches_into_another_stage():
+    units = {
+        "rewardprof.stages.profile": "rewardprof.stages.profile",
+        "rewardprof.stages.rollout.shard_job": "rewardprof.stages.rollout",
+        "rewardprof.stages.rollout.heartbeat": "rewardprof.stages.rollout",
+        "rewardprof.stages.adaptive.prior": "rewardprof.stages.adaptive",
+    }
+    edges = {
+        "rewardprof.stages.profile": {"rewardprof.stages.profile_summary", "rewardprof.stages"},
+        "rewardprof.stages.adaptive.prior": {"rewardprof.stages.rollout.shard_job"},
+        "rewardprof.stages.rollout.shard_job": {"rewardprof.stages.rollout.heartbeat"},
+        "rewardprof.tools.status": {"rewardprof.stages.rollout.heartbeat"},
+        "rewardprof.cli": {"rewardprof.stages.rollout.shard_job"},
+        "rewardprof.stages.export": {"rewardprof.stages.profile"},
+    }
+    assert _reaches_between_stages(edges, units.get) == [
+        "rewardprof.stages.adaptive.prior -> rewardprof.stages.rollout.shard_job",
+        "rewardprof.stages.export -> rewardprof.stages.profile",
+        "rewardprof.tools.status -> rewardprof.stages.rollout.heartbeat",
+    ]
+
+
+def test_no_stage_imports_another_stage():
+    units = {m: _stage_unit(m, MODULES) for m in MODULES}
+    reaches = _reaches_between_stages({m: _edges(m) for m in MODULES}, units.get)
+    assert not reaches, "imports of another stage's modules: " + "; ".join(reaches)
+
+
+def test_the_adaptive_stages_read_only_store_decisions_core():
+    allowed = {"core", "decisions", "store", "stages"}
+    off = [
+        f"{m} -> {t}"
+        for m in MODULES
+        if m.startswith("rewardprof.stages.adaptive.")
+        for t in sorted(_edges(m))
+        if _package(t) not in allowed or t.startswith("rewardprof.stages.rollout")
+    ]
+    assert not off, "stages/adaptive/ importing more than store, decisions, core: " + "; ".join(off)
+
+
+def _run_files() -> set[str]:
+    """The names of the run directory's files (those with a suffix), as RunLayout gives them."""
+    from rewardprof.store.layout import REPORT_FILES, RunLayout  # lazy: the one import here
+
+    layout = RunLayout("results/r", 2)
+    found = {v for v in vars(layout).values() if isinstance(v, Path)}
+    for files in (layout.profile, layout.export):
+        found |= {v for v in vars(files).values() if isinstance(v, Path)}
+    names = {p.name for p in found} | set(REPORT_FILES.values())
+    return {n for n in names if "." in n}
+
+
+def _file_literals(tree: ast.Module, names: set[str]) -> list[str]:
+    """String literals that name one of `names` (the name alone or a path ending in it; prose,
+    which has spaces, is not a path)."""
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and not any(c.isspace() for c in n.value)
+        and (n.value in names or n.value.rsplit("/", 1)[-1] in names)
+    ]
+
+
+def test_the_file_name_check_finds_a_run_file_named_outside_store():
+    tree = ast.parse(
+        'AUDIT = Path("adaptive") / "audit.json"\nx = "profile/tasks.parquet"\n'
+        'msg = "see results/<run>/profile/tasks.parquet"\n"""writes audit.json"""\n'
+    )
+    assert sorted(_file_literals(tree, {"audit.json", "tasks.parquet"})) == [
+        "audit.json",
+        "profile/tasks.parquet",
+    ]
+
+
+def test_only_store_names_the_files_of_a_run_directory():
+    names = _run_files()
+    assert {
+        "tasks.parquet",
+        "report.json",
+        "prior.json",
+        "audit.json",
+        "merge_report.json",
+    } <= names
+    named = [
+        f"{m}: {lit!r}"
+        for m, tree in TREES.items()
+        if not m.startswith("rewardprof.store.")
+        for lit in _file_literals(tree, names)
+    ]
+    assert not named, "run-directory files named outside store/: " + "; ".join(named)

@@ -21,7 +21,7 @@ from rewardprof.engine.preflight import endpoint_problem
 from rewardprof.environments.instruction_following.checks import PUNKT, nltk_installed
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.checks import check_sources
-from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages import MaterializePaths, materialize
 
 # the one case that needs a server answering (another model served): Snakemake case only
 NEEDS_A_SERVER = {"endpoint_serves_another_model"}
@@ -39,7 +39,9 @@ def _snakefile_checks(raw: dict, workdir: Path, preflight: bool) -> None:
     if problem:
         raise RewardprofError(f"rewardprof: {problem}")  # as onstart prints it
     out = workdir / "results" / cfg.run / "materialize"
-    paths = StagePaths(tasks=out / "tasks.parquet", report=out / "report.json", base_dir=workdir)
+    paths = MaterializePaths(
+        tasks=out / "tasks.parquet", report=out / "report.json", base_dir=workdir
+    )
     materialize.run(cfg, paths)
 
 

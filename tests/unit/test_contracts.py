@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
+import typing
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +15,27 @@ import rewardprof
 from rewardprof import cli
 from rewardprof.core.errors import RewardprofError
 
-STAGES = ["materialize", "shard", "rollout", "merge", "profile", "export", "report"]
+STAGES = [
+    "materialize",
+    "shard",
+    "rollout",
+    "rollout.first_round",
+    "adaptive.prior",
+    "merge",
+    "adaptive.audit",
+    "adaptive.savings",
+    "profile",
+    "export",
+    "report",
+]
 # public functions besides `run` that other modules (or the rules, or tests) use
 SHARED = {
     "materialize": {"make_task_id"},
     "merge": {"journal_notes"},
     "profile": {"task_profile"},
     "export": {"drop_reasons", "label_weights"},
+    "adaptive.audit": {"audit_run"},
+    "adaptive.savings": {"savings"},
 }
 # programs the sandbox or the code harness runs (each reads its argv and pipes when
 # imported), not modules
@@ -49,6 +66,12 @@ def _modules():
 def test_each_stage_has_one_entry_point_run_cfg_paths(name):
     stage = importlib.import_module(f"rewardprof.stages.{name}")
     assert list(inspect.signature(stage.run).parameters) == ["cfg", "paths"]
+    # its own paths class: a frozen dataclass of typed fields, each with its help
+    paths = typing.get_type_hints(stage.run)["paths"]
+    assert dataclasses.is_dataclass(paths) and paths.__dataclass_params__.frozen
+    assert paths.__module__ == "rewardprof.stages" and paths.__name__.endswith("Paths")
+    assert all(f.metadata.get("help") for f in dataclasses.fields(paths))
+    assert callable(getattr(paths, "from_layout", None))
     public = {
         n
         for n, obj in vars(stage).items()
@@ -86,6 +109,95 @@ def test_main_turns_a_rewardprof_error_into_one_line_and_its_exit_code(capsys, m
     monkeypatch.setattr(model, "convert_builtin", fail)
     assert cli.main(["model", "convert", "smollm2-135m", "--out", "x"]) == 1
     assert capsys.readouterr().err == "rewardprof model: error: conversion failed\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "paths"),
+    [
+        ("shard", ["--tasks", "t", "--out", "o", "--shard", "1", "--num-shards", "3"]),
+        ("merge", ["--tasks", "t", "--journal", "j", "--out", "o", "--report", "r", "a", "b"]),
+        ("rollout", ["--tasks", "t", "--journal", "j", "--out", "o", "--shard", "0"]),
+    ],
+)
+def test_stage_arguments_come_from_the_paths_fields(command, paths, tmp_path):
+    """The flags are the fields' names (the rules pass them); the values come back typed."""
+    from rewardprof.stages import MergePaths, ShardPaths, paths_from
+    from rewardprof.store.shards import ShardPosition
+
+    parser = cli.build_parser(command)
+    if command == "rollout":  # --num-shards is required with --shard
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, *paths])
+        return
+    args = parser.parse_args([command, *paths])
+    if command == "shard":
+        got = paths_from(ShardPaths, args)
+        assert got.shard == ShardPosition(1, 3) and got.shard.tag == "1-of-3"
+    else:
+        got = paths_from(MergePaths, args)
+        assert got.shards == (Path("a"), Path("b")) and got.report == Path("r")
+
+
+COMMAND_OF = {
+    "materialize": "materialize",
+    "shard": "shard",
+    "rollout": "rollout",
+    "rollout.first_round": "adaptive-first-round",
+    "adaptive.prior": "adaptive-prior",
+    "merge": "merge",
+    "adaptive.audit": "adaptive-audit",
+    "adaptive.savings": "adaptive-savings",
+    "profile": "profile",
+    "export": "export",
+    "report": "report",
+}
+
+
+def _as_text(value) -> str:
+    """A path-like field's value as the rule writes it (a RunLayout, a files object: its dir)."""
+    return str(getattr(value, "root", None) or getattr(value, "dir", None) or value)
+
+
+def _command_line(paths) -> list[str]:
+    """The arguments a rule passes for `paths` (the fields' flags, as the rules spell them)."""
+    from rewardprof.store.shards import ShardPosition
+
+    words: list[str] = []
+    for f in dataclasses.fields(paths):
+        value = getattr(paths, f.name)
+        if not f.metadata["cli"] or value is None:
+            continue
+        if isinstance(value, ShardPosition):
+            words += ["--shard", str(value.index), "--num-shards", str(value.count)]
+        elif f.metadata["positional"]:
+            words += [str(v) for v in value]
+        else:
+            words += ["--" + f.name.replace("_", "-"), _as_text(value)]
+    return words
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_each_stage_command_takes_its_paths_from_the_layout_back(name):
+    """Paths from RunLayout -> the command line the rules write -> the same paths: the CLI's
+    arguments are the paths class's fields, every one of them."""
+    from rewardprof.stages import paths_from
+    from rewardprof.store.layout import RunLayout
+    from rewardprof.store.shards import ShardPosition
+
+    stage = importlib.import_module(f"rewardprof.stages.{name}")
+    paths_class = typing.get_type_hints(stage.run)["paths"]
+    layout = RunLayout("results/r", 2)
+    wants = inspect.signature(paths_class.from_layout).parameters
+    extra = {"shard": ShardPosition(1, 2)} if "shard" in wants else {}
+    extra |= {k: True for k in ("bayes", "adaptive") if k in wants}
+    paths = paths_class.from_layout(layout, **extra)
+    command = COMMAND_OF[name]
+    config = [] if name in ("shard", "merge", "adaptive.savings", "report") else ["--config", "c"]
+    args = cli.build_parser(command).parse_args([command, *config, *_command_line(paths)])
+    back = paths_from(paths_class, args)
+    for f in dataclasses.fields(paths_class):
+        if f.metadata["cli"]:
+            assert _as_text(getattr(back, f.name)) == _as_text(getattr(paths, f.name)), f.name
 
 
 def test_the_command_table_is_the_only_list_of_subcommands():

@@ -10,8 +10,9 @@ from rewardprof.core.config import ConfigError
 from rewardprof.decisions.priors.posterior import MixturePrior
 from rewardprof.estimation.signal import useful_at, useful_prediction
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages import StagePaths
+from rewardprof.stages import ExportPaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
+from rewardprof.store.layout import ExportFiles
 from rewardprof.tools.estimate import estimate
 
 
@@ -235,8 +236,10 @@ def test_export_files_written_in_slices(tmp_path, monkeypatch):
             }
         )
     )
-    paths = StagePaths(
-        profile=tmp_path / "p.parquet", report=tmp_path / "r.json", out=tmp_path / "out"
+    paths = ExportPaths(
+        profile=tmp_path / "p.parquet",
+        report=tmp_path / "r.json",
+        out=ExportFiles(tmp_path / "out"),
     )
     res = ex.run(_cfg(), paths)
     assert (res["kept"], res["dropped"]) == (7, 3)

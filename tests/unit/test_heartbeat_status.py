@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.store.heartbeats import eta_text
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.schemas import TASKS_SCHEMA
 from rewardprof.tools.status import StatusError, collect, format_status

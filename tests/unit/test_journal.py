@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from rewardprof.stages.rollout.seeds import task_seed
 from rewardprof.stages.rollout.shard_tasks import Unit, request_units
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, ShardLock, scan_journal
+from rewardprof.store.seeds import task_seed
 
 
 def _rec(ti, ri, task_id="A", status="ok", t=1.0, key="g"):

@@ -9,8 +9,9 @@ from helpers import math_row, write_jsonl
 
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError
-from rewardprof.stages import StagePaths, materialize, shard
+from rewardprof.stages import MaterializePaths, ShardPaths, materialize, shard
 from rewardprof.stages.materialize import make_task_id
+from rewardprof.store.shards import ShardPosition
 
 
 def _cfg(entries):
@@ -18,7 +19,7 @@ def _cfg(entries):
 
 
 def _materialize(cfg, tasks, report):
-    return materialize.run(cfg, StagePaths(tasks=tasks, report=report))
+    return materialize.run(cfg, MaterializePaths(tasks=tasks, report=report))
 
 
 def test_indices_by_cumulative_offsets_and_report(tmp_path):
@@ -125,8 +126,8 @@ def test_parquet_source_and_shards_partition(tmp_path):
     _materialize(cfg, tmp_path / "t.parquet", tmp_path / "r.json")
     seen = []
     for i in range(3):
-        paths = StagePaths(
-            tasks=tmp_path / "t.parquet", out=tmp_path / f"{i}.parquet", shard=i, num_shards=3
+        paths = ShardPaths(
+            tasks=tmp_path / "t.parquet", out=tmp_path / f"{i}.parquet", shard=ShardPosition(i, 3)
         )
         n = shard.run(None, paths)["num_tasks"]
         idx = pq.read_table(tmp_path / f"{i}.parquet").column("task_index").to_pylist()

@@ -24,12 +24,12 @@ from harness.examples import derandomized
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rewardprof.stages import StagePaths
+from rewardprof.stages import ShardPaths
 from rewardprof.stages import shard as shard_stage
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.schemas import TASKS_SCHEMA
-from rewardprof.store.shards import shard_mask, shard_of
+from rewardprof.store.shards import ShardPosition, shard_mask, shard_of
 
 # ---- shard partitioning -------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ def test_the_shard_stage_writes_a_partition(num_tasks, num_shards):
         seen: list[int] = []
         for i in range(num_shards):
             out = Path(tmp) / f"{i}.parquet"
-            paths = StagePaths(tasks=tasks, out=out, shard=i, num_shards=num_shards)
+            paths = ShardPaths(tasks=tasks, out=out, shard=ShardPosition(i, num_shards))
             report = shard_stage.run(None, paths)
             got = pq.read_table(out).column("task_index").to_pylist()
             assert report["num_tasks"] == len(got)

@@ -13,8 +13,9 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, rates
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.progress import Progress
+from rewardprof.store.heartbeats import rates
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.plans import PLAN_KEY
 from rewardprof.store.schemas import ROLLOUT_SCHEMA, TASKS_SCHEMA

@@ -31,7 +31,7 @@ from rewardprof.core.limits import MAX_NAME_LENGTH, small_structure
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=MAX_NAME_LENGTH)]
 # Rollout r of a task samples with seed task_seed + r, and task_seed leaves its low 12 bits to
-# r (rewardprof.stages.rollout.seeds.task_seed): K is at most 2^12.
+# r (rewardprof.store.seeds.task_seed): K is at most 2^12.
 MAX_NUM_REPEATS = 1 << 12
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +33,9 @@ from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.decisions.keep_rules import KEEP, REASONS, OpenTasks, decision_range
 from rewardprof.decisions.keep_rules import drop_reasons as rule_reasons
-from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages import ExportPaths
 from rewardprof.store.jsonl import SLICE_ROWS, json_objects, with_key, write_chunks
+from rewardprof.store.layout import ExportFiles
 
 _PROFILE_FIELDS = [
     "task_index",
@@ -147,35 +148,31 @@ def label_weights(cfg: Config, kept_per_label: dict[str, int]) -> tuple[dict[str
     return weights, notes
 
 
-def run(cfg: Config, paths: StagePaths) -> StageReport:
-    """Export the tasks of the profile (paths.profile) that the keep rules keep, weighted, into
-    paths.out (split by the index ranges of the materialize report, paths.report); write the
-    kept/dropped report there (also returned)."""
-    out = paths.need("out")
-    table = pq.read_table(paths.need("profile"))
-    report = json.loads(paths.need("report").read_text())
-    reason, undecided = _reasons(cfg, table)
-    ti = table.column("task_index").to_numpy()
-    entry_rows, kept_per_label = [], {}
-    for e in report["entries"]:
-        in_range = (ti >= e["start"]) & (ti < e["end"])
-        kept_per_label[e["label"]] = int((in_range & (reason == KEEP)).sum())
-        entry_rows.append(in_range)
-    weights, notes = label_weights(cfg, kept_per_label)
-    weight = np.zeros(table.num_rows)
-    for e, in_range in zip(report["entries"], entry_rows, strict=True):
-        weight[in_range] = weights[e["label"]]
+class ExportReport(TypedDict):
+    run: str
+    rules: dict[str, Any]
+    tasks: int
+    kept: int
+    dropped: int
+    labels: list[dict[str, Any]]
+    notes: list[str]
+    undecided_by_failures: dict[str, Any]
+    dropped_tasks: dict[str, list[int]]
 
-    kept = reason == KEEP
-    kept_table = table.filter(pa.array(kept))
-    fields = [f for f in _PROFILE_FIELDS if f in table.column_names]
-    fields += [c for c in table.column_names if c.startswith("pass@")]
-    prof = kept_table.select(fields).append_column("weight", pa.array(weight[kept]))
-    _write_files(kept_table, prof, ti[kept], report, out, cfg.export.profile_key)
 
-    total_kept = int(kept.sum())
+def _label_rows(
+    cfg: Config,
+    entries: list[dict[str, Any]],
+    entry_rows: list[np.ndarray],
+    reason: np.ndarray,
+    undecided: np.ndarray,
+    kept_per_label: dict[str, int],
+    weights: dict[str, float],
+    total_kept: int,
+) -> list[dict[str, Any]]:
+    """Per entry: its tasks, kept, dropped and why, its weight and share of the kept."""
     labels = []
-    for e, in_range in zip(report["entries"], entry_rows, strict=True):
+    for e, in_range in zip(entries, entry_rows, strict=True):
         dropped = reason[in_range]
         labels.append(
             {
@@ -193,13 +190,51 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
                 "target_share": cfg.export.target_share.get(e["label"]),
             }
         )
-    result = {
+    return labels
+
+
+def run(cfg: Config, paths: ExportPaths) -> ExportReport:
+    """Export the tasks of the profile (paths.profile) that the keep rules keep, weighted, into
+    paths.out (split by the index ranges of the materialize report, paths.report); write the
+    kept/dropped report there (also returned)."""
+    table = pq.read_table(paths.profile)
+    report = json.loads(paths.report.read_text())
+    reason, undecided = _reasons(cfg, table)
+    ti = table.column("task_index").to_numpy()
+    entry_rows, kept_per_label = [], {}
+    for e in report["entries"]:
+        in_range = (ti >= e["start"]) & (ti < e["end"])
+        kept_per_label[e["label"]] = int((in_range & (reason == KEEP)).sum())
+        entry_rows.append(in_range)
+    weights, notes = label_weights(cfg, kept_per_label)
+    weight = np.zeros(table.num_rows)
+    for e, in_range in zip(report["entries"], entry_rows, strict=True):
+        weight[in_range] = weights[e["label"]]
+
+    kept = reason == KEEP
+    kept_table = table.filter(pa.array(kept))
+    fields = [f for f in _PROFILE_FIELDS if f in table.column_names]
+    fields += [c for c in table.column_names if c.startswith("pass@")]
+    prof = kept_table.select(fields).append_column("weight", pa.array(weight[kept]))
+    _write_files(kept_table, prof, ti[kept], report, paths.out, cfg.export.profile_key)
+
+    total_kept = int(kept.sum())
+    result: ExportReport = {
         "run": cfg.run,
         "rules": cfg.export.model_dump(mode="json"),
         "tasks": table.num_rows,
         "kept": total_kept,
         "dropped": table.num_rows - total_kept,
-        "labels": labels,
+        "labels": _label_rows(
+            cfg,
+            report["entries"],
+            entry_rows,
+            reason,
+            undecided,
+            kept_per_label,
+            weights,
+            total_kept,
+        ),  # fmt: skip
         "notes": notes,
         "undecided_by_failures": {
             "on_undecided": cfg.export.on_undecided,
@@ -207,12 +242,17 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         },
         "dropped_tasks": {r: ti[reason == i].tolist() for i, r in enumerate(REASONS)},
     }
-    write_json_atomic(out / "report.json", result)
+    write_json_atomic(paths.out.report, result)
     return result
 
 
 def _write_files(
-    kept: pa.Table, prof: pa.Table, kept_ti: np.ndarray, report: dict[str, Any], out: Path, key: str
+    kept: pa.Table,
+    prof: pa.Table,
+    kept_ti: np.ndarray,
+    report: dict[str, Any],
+    out: ExportFiles,
+    key: str,
 ) -> None:
     """combined.jsonl and by_label/<label>.jsonl, written slice by slice (an Arrow string array
     holds at most 2 GB; a sweep's export is more than that as text)."""
@@ -224,8 +264,8 @@ def _write_files(
         def open_atomic(path: Path):
             return stack.enter_context(stack.enter_context(atomic_path(path)).open("wb"))
 
-        combined = open_atomic(out / "combined.jsonl")
-        per_label = [open_atomic(out / "by_label" / f"{e['label']}.jsonl") for e in entries]
+        combined = open_atomic(out.combined)
+        per_label = [open_atomic(out.by_label(e["label"])) for e in entries]
         for start in range(0, kept.num_rows, SLICE_ROWS):
             sl = slice(start, start + SLICE_ROWS)
             lines = _attach(

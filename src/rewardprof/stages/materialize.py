@@ -13,7 +13,7 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +30,7 @@ from rewardprof.sources.files import (
     resolve_source,
     source_name,
 )
-from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages import MaterializePaths
 from rewardprof.store.schemas import TASKS_SCHEMA
 
 # Rows per Parquet row group. Large groups and pages let zstd see more text at once
@@ -135,14 +135,56 @@ def _raise_bad_rows(bad: list[RowErrors]) -> None:
     )
 
 
-def run(cfg: Config, paths: StagePaths) -> StageReport:
+class EntryReport(TypedDict):
+    label: str
+    environment: str
+    source: str
+    source_sha256: str | None
+    rows_read: int
+    rows_selected: int
+    sample: str
+    limit: int | None
+    seed: int | None
+    num_repeats: int
+    start: int
+    end: int
+
+
+class MaterializeReport(TypedDict):
+    run: str
+    entries: list[EntryReport]
+    num_tasks: int
+    num_rollouts_expected: NotRequired[int]
+
+
+def _entry_report(
+    entry: Entry, path: Path | None, stats: dict[str, Any], offset: int
+) -> EntryReport:
+    return {
+        "label": entry.label,
+        "environment": entry.environment,
+        "source": source_name(entry),
+        "source_sha256": file_sha256(path) if path else None,
+        "rows_read": stats["rows_read"],
+        "rows_selected": stats["rows_selected"],
+        "sample": entry.sample,
+        "limit": entry.limit,
+        # the seed that shaped the selection: only a reservoir uses one
+        "seed": entry.seed if (entry.sample == "random" and entry.limit) else None,
+        "num_repeats": entry.num_repeats,
+        "start": offset,
+        "end": offset + stats["rows_selected"],
+    }
+
+
+def run(cfg: Config, paths: MaterializePaths) -> MaterializeReport:
     """Write the tasks table (paths.tasks) and the materialize report (paths.report, also
     returned); relative sources resolve under paths.base_dir (default: the working directory)."""
-    tasks_out, report_out, base = paths.need("tasks"), paths.need("report"), paths.base_dir
-    report: dict[str, Any] = {"run": cfg.run, "entries": [], "num_tasks": 0}
+    base = paths.base_dir
+    report: MaterializeReport = {"run": cfg.run, "entries": [], "num_tasks": 0}
     offset = 0
     bad: list[RowErrors] = []
-    with atomic_path(tasks_out) as tmp_tasks:
+    with atomic_path(paths.tasks) as tmp_tasks:
         writer = pq.ParquetWriter(
             tmp_tasks,
             TASKS_SCHEMA,
@@ -171,23 +213,7 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
                         f"{where}: entry {entry.label!r} has no rows "
                         f"(empty source); remove the entry or fix the source"
                     )
-                report["entries"].append(
-                    {
-                        "label": entry.label,
-                        "environment": entry.environment,
-                        "source": source_name(entry),
-                        "source_sha256": file_sha256(path) if path else None,
-                        "rows_read": stats["rows_read"],
-                        "rows_selected": stats["rows_selected"],
-                        "sample": entry.sample,
-                        "limit": entry.limit,
-                        # the seed that shaped the selection: only a reservoir uses one
-                        "seed": entry.seed if (entry.sample == "random" and entry.limit) else None,
-                        "num_repeats": entry.num_repeats,
-                        "start": offset,
-                        "end": offset + stats["rows_selected"],
-                    }
-                )
+                report["entries"].append(_entry_report(entry, path, stats, offset))
                 offset += stats["rows_selected"]
         finally:
             writer.close()
@@ -196,5 +222,5 @@ def run(cfg: Config, paths: StagePaths) -> StageReport:
         report["num_rollouts_expected"] = sum(
             (e["end"] - e["start"]) * e["num_repeats"] for e in report["entries"]
         )
-        write_json_atomic(report_out, report)
+        write_json_atomic(paths.report, report)
     return report

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
-from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages import MergePaths
 from rewardprof.store.journal import scan_journal
 from rewardprof.store.plans import read_plans
 from rewardprof.store.shards import shard_of
@@ -58,22 +59,29 @@ def _check_shard(
     return keys
 
 
-def run(cfg: Config | None, paths: StagePaths) -> StageReport:
-    """Check the shard outputs (paths.shards, shard i at position i) against the tasks table
-    (paths.tasks) and the journal (paths.journal), link them as one dataset (paths.out) and
-    write the merge report (paths.report, also returned). Needs no config."""
-    shard_paths, tasks_path = paths.need("shards"), paths.need("tasks")
-    journal_dir, out_dir = paths.need("journal"), paths.need("out")
-    report_path = paths.need("report")
-    tasks = (
-        pq.read_table(tasks_path, columns=["task_index", "task_id", "label", "num_repeats"])
-        .to_pandas()
-        .set_index("task_index")
-    )
+class MergeAdaptive(TypedDict):
+    tasks_stopped_early: int
+    rollouts_not_sampled: int
+
+
+class MergeReport(TypedDict):
+    num_rollouts: int
+    num_ok: int
+    by_status: dict[str, int]
+    by_label: dict[str, dict[str, int]]
+    orphaned_journal_records: int
+    orphaned_task_ids: int
+    rekeyed_journal_records: int
+    shards: list[str]
+    adaptive: MergeAdaptive | None
+    journal: str
+    orphaned_note: NotRequired[str]
+
+
+def _checked_keys(shard_paths: tuple[Path, ...], tasks: pd.DataFrame) -> pd.DataFrame:
+    """The key columns of every shard output, each in its shard, no duplicate across them."""
     num_shards = len(shard_paths)
-    parts = []
-    for i, p in enumerate(shard_paths):
-        parts.append(_check_shard(p, i, num_shards, tasks))
+    parts = [_check_shard(p, i, num_shards, tasks) for i, p in enumerate(shard_paths)]
     keys = pd.concat(parts, ignore_index=True)
     dup = keys.duplicated(["task_index", "rollout_index"])
     if dup.any():
@@ -82,8 +90,13 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
             f"duplicate rollout (task_index={first.task_index}, "
             f"rollout_index={first.rollout_index}) across shard files"
         )
+    return keys
+
+
+def _expected(shard_paths: tuple[Path, ...], tasks: pd.DataFrame, keys: pd.DataFrame):
+    """(rollouts expected per task, the adaptive plans or None), checked against `keys`:
+    under adaptive sampling a task is complete with the rollouts its plan needed."""
     present = keys.groupby("task_index").size().reindex(tasks.index, fill_value=0)
-    # under adaptive sampling a task is complete with the rollouts its plan needed
     plans = read_plans(list(shard_paths))
     expected = tasks["num_repeats"]
     if plans is not None:
@@ -96,15 +109,28 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
             f"{n} (task_index, rollout_index) pairs missing or extra in the "
             f"shard outputs; rerun the affected shards"
         )
-    scan = scan_journal(journal_dir)
-    orphaned, orphaned_ids, rekeyed = _journal_counts(scan.keys, tasks)
+    return expected, plans
+
+
+def run(cfg: Config | None, paths: MergePaths) -> MergeReport:
+    """Check the shard outputs (paths.shards, shard i at position i) against the tasks table
+    (paths.tasks) and the journal (paths.journal), link them as one dataset (paths.out) and
+    write the merge report (paths.report, also returned). Needs no config."""
+    tasks = (
+        pq.read_table(paths.tasks, columns=["task_index", "task_id", "label", "num_repeats"])
+        .to_pandas()
+        .set_index("task_index")
+    )
+    keys = _checked_keys(paths.shards, tasks)
+    expected, plans = _expected(paths.shards, tasks, keys)
+    orphaned, orphaned_ids, rekeyed = _journal_counts(scan_journal(paths.journal).keys, tasks)
     by_label = (
         keys.assign(label=keys["task_index"].map(tasks["label"]))
         .groupby(["label", "status"])
         .size()
         .unstack(fill_value=0)
     )
-    report = {
+    report: MergeReport = {
         "num_rollouts": len(keys),
         "num_ok": int((keys["status"] == OK).sum()),
         "by_status": {k: int(v) for k, v in keys["status"].value_counts().items()},
@@ -114,22 +140,22 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
         "orphaned_journal_records": orphaned,
         "orphaned_task_ids": orphaned_ids,
         "rekeyed_journal_records": rekeyed,
-        "shards": [str(p) for p in shard_paths],
+        "shards": [str(p) for p in paths.shards],
         "adaptive": None
         if plans is None
         else {
             "tasks_stopped_early": int(plans["stopped_early"].sum()),
             "rollouts_not_sampled": int((tasks["num_repeats"] - expected).sum()),
         },
-        "journal": str(journal_dir),
+        "journal": str(paths.journal),
     }
     if orphaned:
         report["orphaned_note"] = (
             "journal records whose task is no longer in the tasks "
             "table (re-materialized); kept in the journal, not used"
         )
-    _link_dataset(list(shard_paths), out_dir)
-    write_json_atomic(report_path, report)
+    _link_dataset(list(paths.shards), paths.out)
+    write_json_atomic(paths.report, report)
     return report
 
 

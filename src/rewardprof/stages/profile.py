@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -32,12 +32,12 @@ from rewardprof.decisions.statistics.per_task import (
     interval_arrays,
     pass_at_k_array,
 )
-from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.adaptive_savings import savings
+from rewardprof.stages import ProfilePaths
 from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.profile_summary import label_summary, overall_summary
 from rewardprof.store.jsonl import write_table_jsonl
-from rewardprof.store.plans import read_plans
+from rewardprof.store.layout import ProfileFiles
+from rewardprof.store.plans import planned_per_task, read_plans
 
 _ROLLOUT_COLS = [
     "task_index",
@@ -48,7 +48,6 @@ _ROLLOUT_COLS = [
     "completion_tokens",
 ]
 _VERIFIER_ERROR = FailureKind.VERIFIER_ERROR
-AUDIT = Path("adaptive") / "audit.json"  # under results/<run>/ (the adaptive audit's)
 _TASK_COLS = ["task_index", "task_id", "label", "environment", "num_repeats", "row"]
 
 
@@ -160,16 +159,26 @@ def _posterior_cols(
         }
         if not binary:
             of_label = rows[pos]
-            values, counts = np.unique(rounded[of_label], return_counts=True)
-            top = float(values[np.argmax(counts)])
-            hits = np.bincount(pos[of_label & (rounded == top)], minlength=len(n))[rows]
-            signal_prior = fit_prior(n[rows], hits)
-            view = posterior_columns(signal_prior, n[rows], hits, **settings)
+            view, priors[lbl]["reward_equals"] = _top_reward_signal(
+                n, rows, pos[of_label], rounded[of_label], settings
+            )
             cols["post_signal"], cols["post_p_signal"] = view["post_signal"], view["post_p_signal"]
-            priors[lbl]["reward_equals"] = {"value": top, **signal_prior.as_dict()}
         for k in POSTERIOR_COLUMNS:
             out[k][rows] = cols[k]
     return out, priors
+
+
+def _top_reward_signal(
+    n: np.ndarray, rows: np.ndarray, pos: np.ndarray, rounded: np.ndarray, settings: dict
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A label with rewards other than 0/1 (`rows` its tasks; `pos`, `rounded`: its rewards):
+    the posterior columns of q = P(reward == v*), v* its most common reward, and that prior."""
+    values, counts = np.unique(rounded, return_counts=True)
+    top = float(values[np.argmax(counts)])
+    hits = np.bincount(pos[rounded == top], minlength=len(n))[rows]
+    signal_prior = fit_prior(n[rows], hits)
+    view = posterior_columns(signal_prior, n[rows], hits, **settings)
+    return view, {"value": top, **signal_prior.as_dict()}
 
 
 def task_profile(
@@ -193,47 +202,29 @@ def task_profile(
     # failure, so ok + failed + missing == expected for every task
     no_reward = is_ok & ~ok
     truncated = (r["finish_reason"] == "length").to_numpy()
-    tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
-    has_tokens = ~np.isnan(tokens)
 
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(pos[mask], minlength=T)
 
-    # .array keeps Arrow-backed strings as they are (no object-array round trip)
-    cols: dict[str, Any] = {
-        c: tasks[c].array for c in ("task_index", "task_id", "label", "environment")
-    }
-    cols.update(_describe(pos[ok], reward[ok], T, "reward"))
-    cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
+    cols = _described(tasks, r, pos, ok, reward)
     n = count(ok)
     expected = tasks["num_repeats"].to_numpy().astype(np.int64)
     if plans is not None:  # adaptive sampling: the rollouts the plan needed
-        plan = plans.set_index("task_index").reindex(tasks["task_index"].to_numpy())
-        expected = plan["planned"].fillna(pd.Series(expected)).to_numpy().astype(np.int64)
-        cols["stopped_early"] = plan["stopped_early"].fillna(False).to_numpy(dtype=bool)
-        cols["adaptive_keep"] = plan["keep"].fillna(False).to_numpy(dtype=bool)
+        expected = _with_plan(cols, plans, tasks["task_index"].to_numpy(), expected)
     cols["num_rollouts"] = n
     cols["expected_num_rollouts"] = expected
     cols["missing_num_rollouts"] = expected - np.bincount(pos, minlength=T)
     failed = ~ok
     cols["num_failed"] = count(failed)
-    for kind in sorted(set(kinds) - {OK} | ({_VERIFIER_ERROR} if no_reward.any() else set())):
-        of_kind = codes == (kinds.index(kind) if kind in kinds else -2)
-        cols[f"num_failed/{kind}"] = count(
-            of_kind | no_reward if kind == _VERIFIER_ERROR else of_kind
-        )
+    cols.update(_failure_counts(count, codes, kinds, no_reward))
     cols["num_truncated"] = count(truncated)
     passed = ok & (reward >= p.pass_threshold)
     c = count(passed)
     cols["num_passed"] = c
     # pass rates with and without truncated rollouts (a truncated answer is rarely right)
-    n_full, c_full = count(ok & ~truncated), count(passed & ~truncated)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(n > 0, c / np.maximum(n, 1), np.nan)
-        cols["pass_rate"] = rate
-        cols["pass_rate_excl_truncated"] = np.where(
-            n_full > 0, c_full / np.maximum(n_full, 1), np.nan
-        )
+    rate = _rate(c, n)
+    cols["pass_rate"] = rate
+    cols["pass_rate_excl_truncated"] = _rate(count(passed & ~truncated), count(ok & ~truncated))
     for k in p.pass_at_k:
         cols[f"pass@{k}"] = pass_at_k_array(n, c, k)
     lo, hi = interval_arrays(c, n, p.ci_level, p.ci_method)
@@ -242,20 +233,71 @@ def task_profile(
     cols["grpo_signal"] = signal
     cols["grpo_signal_pass"] = grpo_signal_array(rate, p.group_size)
     cols["num_distinct_rewards"] = distinct
-    prof = pd.DataFrame(cols)
+    prof = _with_priors(cfg, pd.DataFrame(cols), pos[ok], reward[ok])
+    prof["sample"] = tasks["row"].array
+    return prof
+
+
+def _with_priors(
+    cfg: Config, prof: pd.DataFrame, pos: np.ndarray, reward: np.ndarray
+) -> pd.DataFrame:
+    """binary_rewards, pass@k nulled where it means nothing, the post_* columns and the
+    labels' fitted priors (prof.attrs["priors"], for summary.json)."""
     # a label's rewards are binary when every scored one is 0 or 1; pass@k counts passes as
     # successes, which only means "at least one of k right" for such labels (wordle's 1.4,
     # newton_bench's -0.49 are not a pass or a fail): null for the others
     binary = prof["label"].map(_binary_labels(prof)).fillna(True).to_numpy(dtype=bool)
     prof["binary_rewards"] = binary
-    for k in p.pass_at_k:
+    for k in cfg.profile.pass_at_k:
         prof.loc[~binary, f"pass@{k}"] = np.nan
-    post, priors = _posterior_cols(cfg, prof, pos[ok], reward[ok])
+    post, priors = _posterior_cols(cfg, prof, pos, reward)
     for k, v in post.items():
         prof[k] = v
     prof.attrs["priors"] = priors  # label -> fitted priors, for summary.json
-    prof["sample"] = tasks["row"].array
     return prof
+
+
+def _described(
+    tasks: pd.DataFrame, r: pd.DataFrame, pos: np.ndarray, ok: np.ndarray, reward: np.ndarray
+) -> dict[str, Any]:
+    """The task's identity columns, then its rewards' and output tokens' statistics."""
+    T = len(tasks)
+    tokens = r["completion_tokens"].to_numpy(dtype=float, na_value=np.nan)
+    has_tokens = ~np.isnan(tokens)
+    # .array keeps Arrow-backed strings as they are (no object-array round trip)
+    cols: dict[str, Any] = {
+        c: tasks[c].array for c in ("task_index", "task_id", "label", "environment")
+    }
+    cols.update(_describe(pos[ok], reward[ok], T, "reward"))
+    cols.update(_describe(pos[has_tokens], tokens[has_tokens], T, "output_tokens"))
+    return cols
+
+
+def _rate(c: np.ndarray, n: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, c / np.maximum(n, 1), np.nan)
+
+
+def _failure_counts(count, codes: np.ndarray, kinds: list, no_reward: np.ndarray) -> dict:
+    """num_failed/<kind> per task (`count`: a mask's count per task); an ok rollout without a
+    reward counts as a verifier_error."""
+    out = {}
+    for kind in sorted(set(kinds) - {OK} | ({_VERIFIER_ERROR} if no_reward.any() else set())):
+        of_kind = codes == (kinds.index(kind) if kind in kinds else -2)
+        out[f"num_failed/{kind}"] = count(
+            of_kind | no_reward if kind == _VERIFIER_ERROR else of_kind
+        )
+    return out
+
+
+def _with_plan(
+    cols: dict[str, Any], plans: pd.DataFrame, task_index: np.ndarray, expected: np.ndarray
+) -> np.ndarray:
+    """The plan's columns (stopped_early, adaptive_keep) added; each task's planned rollouts."""
+    planned, cols["stopped_early"], cols["adaptive_keep"] = planned_per_task(
+        plans, task_index, expected
+    )
+    return planned
 
 
 def _read_inputs(
@@ -266,48 +308,61 @@ def _read_inputs(
     return tasks, rollouts
 
 
-def run(cfg: Config, paths: StagePaths) -> StageReport:
-    """Profile the rollouts (paths.rollouts) of the tasks (paths.tasks) into paths.out: tasks
-    table (Parquet, JSONL), one table per label (split by the index ranges of the materialize
-    report, paths.report) and summary.json (also returned)."""
-    out = paths.need("out")
-    tasks, rollouts = _read_inputs(paths.need("tasks"), paths.need("rollouts"))
-    report = json.loads(paths.need("report").read_text())
-    merged = paths.need("rollouts")
-    files = sorted(merged.rglob("*.parquet")) if merged.is_dir() else [merged]
-    prof = task_profile(cfg, tasks, rollouts, read_plans(files))
-    episodes = read_episodes(cfg, merged)
-    for name, values in episode_columns(episodes, tasks).items():
-        prof.insert(len(prof.columns) - 1, name, values)  # before `sample`, the row
-    table = pa.Table.from_pandas(prof, preserve_index=False)
-    with atomic_path(out / "tasks.parquet") as tmp:
+class ProfileSummary(TypedDict):
+    run: str
+    num_tasks: int
+    profile: dict[str, Any]
+    labels: list[dict[str, Any]]
+    overall: dict[str, Any]
+    adaptive: NotRequired[dict[str, Any]]
+
+
+def _write_tables(table: pa.Table, entries: list[dict[str, Any]], out: ProfileFiles) -> None:
+    """The tasks table (Parquet, JSONL) and one table per entry's index range."""
+    with atomic_path(out.tasks) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-    write_table_jsonl(table, out / "tasks.jsonl", raw=("sample",))
-    for e in report["entries"]:
+    write_table_jsonl(table, out.jsonl, raw=("sample",))
+    for e in entries:
         part = table.filter(
             pc.and_(
                 pc.greater_equal(table["task_index"], e["start"]),
                 pc.less(table["task_index"], e["end"]),
             )
         )
-        with atomic_path(out / "by_label" / f"{e['label']}.parquet") as tmp:
+        with atomic_path(out.by_label(e["label"])) as tmp:
             pq.write_table(part, tmp, compression="zstd")
+
+
+def run(cfg: Config, paths: ProfilePaths) -> ProfileSummary:
+    """Profile the rollouts (paths.rollouts) of the tasks (paths.tasks) into paths.out: tasks
+    table (Parquet, JSONL), one table per label (split by the index ranges of the materialize
+    report, paths.report) and summary.json (also returned), with what adaptive sampling saved
+    (paths.savings, when sampling was adaptive)."""
+    tasks, rollouts = _read_inputs(paths.tasks, paths.rollouts)
+    report = json.loads(paths.report.read_text())
+    merged = paths.rollouts
+    files = sorted(merged.rglob("*.parquet")) if merged.is_dir() else [merged]
+    prof = task_profile(cfg, tasks, rollouts, read_plans(files))
+    episodes = read_episodes(cfg, merged)
+    for name, values in episode_columns(episodes, tasks).items():
+        prof.insert(len(prof.columns) - 1, name, values)  # before `sample`, the row
+    table = pa.Table.from_pandas(prof, preserve_index=False)
+    _write_tables(table, report["entries"], paths.out)
     labels = label_summary(prof.drop(columns="sample"), report, rollouts)
     steps = steps_histograms(episodes)
     for row in labels:
         row["prior"] = prof.attrs["priors"].get(row["label"])
         if episodes is not None:  # runs with no environment that acts keep their summary
             row["steps_histogram"] = steps.get(row["label"])
-    summary = {
+    summary: ProfileSummary = {
         "run": cfg.run,
         "num_tasks": len(prof),
         "profile": cfg.profile.model_dump(mode="json"),
         "labels": labels,
         "overall": overall_summary(prof),
     }
-    # out is results/<run>/profile: the run's audit, if adaptive sampling wrote one, is beside it
-    saved = savings(tasks, prof, [e["label"] for e in report["entries"]], out.parent / AUDIT)
+    saved = json.loads(paths.savings.read_text()) if paths.savings is not None else None
     if saved is not None:
         summary["adaptive"] = saved
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(paths.out.summary, summary)
     return summary

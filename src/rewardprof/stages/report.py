@@ -16,7 +16,7 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path
 from rewardprof.core.config import Config
 from rewardprof.core.extras import require
-from rewardprof.stages import StagePaths, StageReport
+from rewardprof.stages import ReportPaths
 from rewardprof.stages.run_summary import front_page
 from rewardprof.store.layout import REPORT_FILES
 
@@ -257,17 +257,21 @@ def _write_csv(path: Path, cols: list[str], rows: list[dict[str, Any]]) -> None:
             w.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
 
 
-def run(cfg: Config | None, paths: StagePaths) -> StageReport:
+class ReportReport(TypedDict):
+    written: list[str]
+
+
+def run(cfg: Config | None, paths: ReportPaths) -> ReportReport:
     """Plots and tables of the profile (paths.profile, paths.summary) and, when given, of the
     export report (paths.export_report), into paths.out; report the files written. Needs no
     config."""
-    out = paths.need("out")
+    out = paths.out
     out.mkdir(parents=True, exist_ok=True)
-    summary = json.loads(paths.need("summary").read_text())
+    summary = json.loads(paths.summary.read_text())
     labels = summary["labels"]
     file = {key: out / name for key, name in REPORT_FILES.items()}  # the names RunLayout gives
     _pass_rate_histograms(labels, file["hist"])
-    _tokens_vs_pass_rate(paths.need("profile"), labels, file["tokens"])
+    _tokens_vs_pass_rate(paths.profile, labels, file["tokens"])
     _failure_bars(labels, file["failures"])
     _steps_histograms(labels, file["steps"])
     _write_csv(file["labels"], *_label_table(summary))
@@ -292,10 +296,9 @@ def run(cfg: Config | None, paths: StagePaths) -> StageReport:
         ]
         _write_csv(file["export"], cols, rows)
         written.append(file["export"])
-    # the run's directory: out is <run>/report (the report rule's output directory)
     plots = [(file["hist"], "Pass rate per label"), (file["failures"], "Failures and truncation")]
     plots.append((file["tokens"], "Output tokens vs pass rate"))
     with atomic_path(file["front_page"]) as tmp:
-        tmp.write_text(front_page(out.parent, plots))
+        tmp.write_text(front_page(paths.run_dir.root, plots))
     written.append(file["front_page"])
     return {"written": [str(p) for p in written]}

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rewardprof.stages.adaptive_savings import savings_lines
 from rewardprof.stages.profile_summary import format_table
 from rewardprof.store.layout import RunLayout
 
@@ -133,3 +132,62 @@ def front_page(run_dir: Path, plots: list[tuple[Path, str]]) -> str:
             out += ['    <img style="max-width:100%" src="data:image/png;base64,']
             out += [f"    {chunk}" for chunk in data] + ['    ">']
     return "\n".join(out) + "\n"
+
+
+def savings_lines(saved: dict[str, Any]) -> list[str]:
+    """The end-of-run lines: one overall, one per label, one for the audit."""
+    sent, fixed = saved["rollouts_sent"], saved["rollouts_at_fixed_k"]
+    share = 100 * (1 - sent / fixed) if fixed else 0.0
+    lines = [
+        f"adaptive: {sent} rollouts sent of {fixed} at fixed K ({share:.1f} % saved), "
+        f"{saved['tasks_stopped_early']} tasks stopped early"
+    ]
+    audit = saved.get("audit")
+    audited_of = (audit or {}).get("labels_audited", {})
+    for label, r in saved["labels"].items():
+        audited = audited_of.get(label, 0)
+        lines.append(
+            f"adaptive: {label}: {r['rollouts_sent']} of {r['rollouts_at_fixed_k']} rollouts, "
+            f"{r['tasks_stopped_early']} of {r['tasks']} tasks stopped early"
+            + (f", {audited} audited (never stopped by the prior)" if audited else "")
+        )
+    if audit:
+        lines.extend(_audit_lines(audit, sent))
+    return lines
+
+
+def _audit_lines(audit: dict[str, Any], sent: int) -> list[str]:
+    """The audit in plain words: what it cost, what it measured, the setting that sizes it."""
+    extra, n = audit["extra_rollouts"], audit["audited_tasks"]
+    share = 100 * extra / sent if sent else 0.0
+    knobs = audit.get("settings") or {}
+    sized = (
+        f" (adaptive.audit_share {knobs['audit_share']}, at least adaptive.audit_min_tasks "
+        f"{knobs['audit_min_tasks']} per label)"
+        if knobs
+        else ""
+    )
+    lines = [
+        f"adaptive: audit: {n} tasks never stopped by the prior, to check its stops{sized}, "
+        f"costing {extra} rollouts ({share:.1f} % of those sent) beyond what stopping early "
+        "needed"
+    ]
+    if audit["stopped_early"]:
+        lines.append(
+            f"adaptive: audit: the prior would have stopped {audit['stopped_early']} of the {n}; "
+            f"{audit['agreed']} of those decided as fixed K does (share of tasks decided "
+            f"otherwise: 95 % interval {audit['flip_rate_interval']})"
+        )
+    elif n:
+        lines.append(
+            f"adaptive: audit: the prior would have stopped none of the {n}, so it measured "
+            "nothing; a lower adaptive.audit_min_tasks (0: the share alone) saves those rollouts"
+        )
+    for label, r in (audit.get("too_few_to_say") or {}).items():
+        lines.append(
+            f"adaptive: audit of label {label}: {r.get('audited_tasks', 0)} tasks, "
+            f"{r.get('would_stop_early', 0)} of them stopped by the prior, flip-rate interval "
+            f"{r.get('flip_rate_interval')}: too few to say (it would catch a flip rate of "
+            f"{r.get('detectable_flip_rate', 1.0):.2f} or more, not delta's)"
+        )
+    return lines

@@ -12,6 +12,7 @@ take their paths from RunLayout, so a file moves in one place. Shard files are n
     rollouts.parquet/, merge_report.json                 the merged dataset
     adaptive/first_round/<i>-of-<n>.json, adaptive/prior.json   bayes adaptive sampling
     adaptive/audit.json                                   bayes: the audit sample's agreement
+    adaptive/savings.json                                 adaptive: what it saved (profile's)
     profile/, export/, report/                           the profile, the export, the report
     config/<name>.json                                   the config each stage read; full.json
     logs/, benchmarks/                                   one log / timing per job
@@ -38,6 +39,31 @@ REPORT_FILES = {
 }
 
 
+class ProfileFiles:
+    """profile/: the per-task table (Parquet and JSONL), the summary, one table per label."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self.tasks = self.dir / "tasks.parquet"
+        self.jsonl = self.dir / "tasks.jsonl"
+        self.summary = self.dir / "summary.json"
+
+    def by_label(self, label: str) -> Path:
+        return self.dir / "by_label" / f"{label}.parquet"
+
+
+class ExportFiles:
+    """export/: the kept rows combined and per label, the kept/dropped report."""
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self.combined = self.dir / "combined.jsonl"
+        self.report = self.dir / "report.json"
+
+    def by_label(self, label: str) -> Path:
+        return self.dir / "by_label" / f"{label}.jsonl"
+
+
 class RunLayout:
     """Every path of one run directory: fixed files as attributes, per-shard, per-label and
     per-job files from methods. `num_shards` is the default `n` of the shard methods."""
@@ -56,13 +82,15 @@ class RunLayout:
         # merge: the merged dataset (a directory of Parquet files) and its report
         self.rollouts = root / "rollouts.parquet"
         self.merge_report = root / "merge_report.json"
-        self.profile_dir = root / "profile"
-        self.profile_tasks = self.profile_dir / "tasks.parquet"
-        self.profile_jsonl = self.profile_dir / "tasks.jsonl"
-        self.profile_summary = self.profile_dir / "summary.json"
-        self.export_dir = root / "export"
-        self.export_combined = self.export_dir / "combined.jsonl"
-        self.export_report = self.export_dir / "report.json"
+        self.profile = ProfileFiles(root / "profile")
+        self.profile_dir = self.profile.dir
+        self.profile_tasks = self.profile.tasks
+        self.profile_jsonl = self.profile.jsonl
+        self.profile_summary = self.profile.summary
+        self.export = ExportFiles(root / "export")
+        self.export_dir = self.export.dir
+        self.export_combined = self.export.combined
+        self.export_report = self.export.report
         self.report_dir = root / "report"
         # the config sections each stage reads, and the whole config (manifest/run_config.py)
         self.config_dir = root / "config"
@@ -71,34 +99,12 @@ class RunLayout:
         self.adaptive_prior = self.adaptive_dir / "prior.json"
         # bayes' audit sample: early decisions replayed against the decisions at K
         self.adaptive_audit = self.adaptive_dir / "audit.json"
+        # what adaptive sampling saved (sent vs fixed K, the audit's agreement): the profile's
+        self.adaptive_savings = self.adaptive_dir / "savings.json"
 
     @classmethod
     def for_run(cls, run: str, num_shards: int | None = None) -> RunLayout:
         return cls(RESULTS / run, num_shards)
-
-    @classmethod
-    def of_shard_output(cls, out: str | Path) -> RunLayout | None:
-        """The run directory whose `rollouts/<i>-of-<n>.parquet` is `out` (None if it is not
-        named like one)."""
-        out = Path(out)
-        parsed = parse_shard_name(out.name)
-        if parsed is None or out.parent.name != "rollouts":
-            return None
-        return cls(out.parent.parent, parsed[1])
-
-    @classmethod
-    def of_first_round_output(cls, out: str | Path) -> RunLayout | None:
-        """The run directory whose `adaptive/first_round/<i>-of-<n>.json` is `out` (None if it
-        is not named like one)."""
-        out = Path(out)
-        parsed = parse_shard_name(out.name, "json")
-        if (
-            parsed is None
-            or out.parent.name != "first_round"
-            or out.parent.parent.name != "adaptive"
-        ):
-            return None
-        return cls(out.parents[2], parsed[1])
 
     def __repr__(self) -> str:
         return f"RunLayout({str(self.root)!r}, num_shards={self.num_shards})"
@@ -125,14 +131,14 @@ class RunLayout:
         return [self.shard_rollouts(i, n) for i in range(n)]
 
     def profile_by_label(self, label: str) -> Path:
-        return self.profile_dir / "by_label" / f"{label}.parquet"
+        return self.profile.by_label(label)
 
     def first_round(self, i: int | str, n: int | str | None = None) -> Path:
         """adaptive/first_round/<i>-of-<n>.json: shard i's first round is journaled."""
         return self.adaptive_dir / "first_round" / shard_name(i, self._n(n), "json")
 
     def export_by_label(self, label: str) -> Path:
-        return self.export_dir / "by_label" / f"{label}.jsonl"
+        return self.export.by_label(label)
 
     def report_file(self, key: str) -> Path:
         """One of REPORT_FILES by its key, e.g. report_file("labels") -> report/labels.csv."""

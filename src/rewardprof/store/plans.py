@@ -27,6 +27,18 @@ def plan_metadata(
     return {PLAN_KEY: json.dumps(body, separators=(",", ":")).encode()}
 
 
+def planned_per_task(
+    plans: pd.DataFrame, task_index: np.ndarray, num_repeats: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(planned rollouts, stopped_early, keep) of each task of `task_index`, in its order: a
+    task the plans do not name was planned its num_repeats, not stopped early, not kept."""
+    plan = plans.set_index("task_index").reindex(task_index)
+    planned = plan["planned"].to_numpy(dtype=float)
+    planned = np.where(np.isnan(planned), num_repeats, planned).astype(np.int64)
+    stopped_early = plan["stopped_early"].fillna(False).to_numpy(dtype=bool)
+    return planned, stopped_early, plan["keep"].fillna(False).to_numpy(dtype=bool)
+
+
 def read_plans(paths: list[Path]) -> pd.DataFrame | None:
     """task_index, planned, stopped_early, keep from the shard outputs (or the files of a
     merged dataset); None when they were made without adaptive sampling."""

@@ -8,6 +8,8 @@ re-partitions the tasks without moving or regenerating any collected rollout."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
@@ -34,6 +36,27 @@ def shard_mask(task_index: pa.Array, shard_index: int, num_shards: int) -> pa.Ar
 def shard_tag(i: int | str, n: int | str) -> str:
     """`<i>-of-<n>`: how a shard is named everywhere (Snakemake wildcards pass through)."""
     return f"{i}-of-{n}"
+
+
+@dataclass(frozen=True)
+class ShardPosition:
+    """Shard `index` of `count` (0 <= index < count), as datatrove's (rank, world_size)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index {self.index} is not in [0, {self.count})")
+
+    @property
+    def tag(self) -> str:
+        """`<i>-of-<n>`: the shard's name in file names, logs, heartbeats, writer ids."""
+        return shard_tag(self.index, self.count)
+
+    def __iter__(self) -> Iterator[int]:
+        """(index, count), as the shard methods of RunLayout take them: `layout.x(*shard)`."""
+        return iter((self.index, self.count))
 
 
 def shard_name(i: int | str, n: int | str, suffix: str = "parquet") -> str:

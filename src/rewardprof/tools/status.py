@@ -27,7 +27,8 @@ from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
 from rewardprof.core.redaction import redact
 from rewardprof.environments import get_environment_class
-from rewardprof.stages.rollout.heartbeat import (
+from rewardprof.store.collected import resolve
+from rewardprof.store.heartbeats import (
     FIRST_ROUND_DONE,
     FIRST_ROUND_PHASE,
     eta_text,
@@ -35,7 +36,6 @@ from rewardprof.stages.rollout.heartbeat import (
     rates,
     read_heartbeats,
 )
-from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalScan, scan_journal
 from rewardprof.store.layout import RunLayout, current_num_shards
 from rewardprof.store.plans import read_plans

@@ -15,7 +15,7 @@ import heapq
 import statistics
 from typing import Any
 
-from rewardprof.stages.rollout.heartbeat import eta_text
+from rewardprof.store.heartbeats import eta_text
 
 
 def state_elapsed(state: str, beat: dict[str, Any], now: float) -> float | None:

@@ -33,8 +33,8 @@ from rewardprof.decisions.planning.stop_tests import keep_at
 from rewardprof.decisions.priors.grid import GRID, GridPrior
 from rewardprof.decisions.priors.label import LabelPrior, fit_label_priors
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.adaptive_savings import _audit_lines
-from rewardprof.stages.rollout.adaptive_rounds import first_round_settings, settings_of
+from rewardprof.stages.adaptive_settings import first_round_settings, settings_of
+from rewardprof.stages.run_summary import _audit_lines
 
 K = 16
 BAYES = AdaptiveSettings("bayes", first=2, round_size=2, delta=0.02, group_size=8, bayes_from=4)

@@ -16,7 +16,7 @@ from rewardprof.environments import RowError, make_environment
 from rewardprof.environments.instruction_following import checks as instruction_checks
 from rewardprof.manifest.load import validate_config
 from rewardprof.sources.files import SourceError, iter_rows
-from rewardprof.stages import StagePaths, materialize
+from rewardprof.stages import MaterializePaths, materialize
 
 
 def _if_row(ids, kwargs, prompt="Write something."):
@@ -136,7 +136,7 @@ def test_missing_nltk_data_fails_materialize_in_one_line_naming_it(tmp_path, mon
     cfg = _ifbench_cfg(tmp_path)
     tasks, report = tmp_path / "tasks.parquet", tmp_path / "report.json"
     with pytest.raises(SourceError) as err:
-        materialize.run(cfg, StagePaths(tasks=tasks, report=report))
+        materialize.run(cfg, MaterializePaths(tasks=tasks, report=report))
     message = str(err.value)
     assert "\n" not in message and ":1:" in message
     assert "'punkt_tab'" in message and "`rewardprof install-nltk-data`" in message
@@ -146,7 +146,7 @@ def test_missing_nltk_data_fails_materialize_in_one_line_naming_it(tmp_path, mon
 def test_nltk_missing_unavailable_lets_materialize_run_and_records_it(tmp_path, monkeypatch, ctx):
     _missing_punkt(monkeypatch)
     cfg = _ifbench_cfg(tmp_path, nltk_missing="unavailable")
-    paths = StagePaths(tasks=tmp_path / "t.parquet", report=tmp_path / "r.json")
+    paths = MaterializePaths(tasks=tmp_path / "t.parquet", report=tmp_path / "r.json")
     assert materialize.run(cfg, paths)["num_tasks"] == 1
     env = make_environment("ifbench", {"nltk_missing": "unavailable"})
     row = _if_row(["length_constraints:number_sentences", "punctuation:no_comma"], [{}, {}])

@@ -2,7 +2,7 @@
 that round cannot rule out, whether its rewards are 0/1, and which stopping test it gets.
 
 Fitted once on the first round (min_rollouts per task, every task of the run; see
-stages/rollout/adaptive_rounds.py) and recorded, so decisions are a function of the run:
+stages/adaptive/prior.py) and recorded, so decisions are a function of the run:
 
 * pooled: the grid prior (decisions/priors/grid.py) of every task of every label;
 * a label's point fit: its own tasks, shrunk toward the pooled prior with SHRINK_TASKS

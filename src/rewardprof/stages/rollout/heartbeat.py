@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import socket
 import threading
@@ -25,18 +24,20 @@ from typing import Any
 
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.redaction import redact
+from rewardprof.store.heartbeats import (
+    WINDOW_S,
+    WINDOW_SAMPLES,
+    collected,
+    eta_text,
+    is_live,
+    previous_window,
+    rates,
+    read_heartbeats,
+)
 from rewardprof.store.journal import JournalLocked
 from rewardprof.store.layout import RunLayout
-from rewardprof.store.shards import parse_shard_name
+from rewardprof.store.shards import ShardPosition
 
-LIVE_STATES = ("starting", "running")
-FIRST_ROUND_PHASE = "first_round"  # bayes' first-round job (its own job before the prior)
-# bayes: the shard's first round is journaled; its rounds wait for the prior over all shards
-FIRST_ROUND_DONE = "first_round_done"
-# the rate is measured over the last samples of `collected` (rollouts with a final record) the
-# heartbeats took, across attempts: a resumed job shows the rate at once, not 0.00 rollouts/s
-WINDOW_S = 600.0
-WINDOW_SAMPLES = 40
 log = logging.getLogger("rewardprof.stages.rollout")
 
 
@@ -65,33 +66,24 @@ class ShardHeartbeat:
             "pid": os.getpid(),
             "started_at": process_started_at(),
             "interval_s": interval_s,
-            "window": _previous_window(self.path),
+            "window": previous_window(self.path),
         }
         self.data["state_since"] = self.data["started_at"]
         self._lock = threading.Lock()
         self._warned = False
 
     @classmethod
-    def for_output(cls, out: Path, interval_s: float) -> ShardHeartbeat | None:
-        """The heartbeat of the job writing shard output `out` (None: not a run directory's
-        `<i>-of-<n>.parquet`, e.g. a library call with its own paths)."""
-        layout = RunLayout.of_shard_output(out)
-        parsed = parse_shard_name(out.name)
-        if layout is None or parsed is None:
+    def for_shard(
+        cls, run_dir: RunLayout | None, shard: ShardPosition, interval_s: float, phase: str = ""
+    ) -> ShardHeartbeat | None:
+        """The heartbeat of shard `shard`'s job in run directory `run_dir` (None: no run
+        directory given, e.g. a library call with its own paths). `phase` "first_round":
+        bayes' first-round job, which writes the shard's own heartbeat file (status shows it)."""
+        if run_dir is None:
             return None
-        i, n = parsed
-        return cls(layout, i, n, interval_s)
-
-    @classmethod
-    def for_first_round(cls, out: Path, interval_s: float) -> ShardHeartbeat | None:
-        """The heartbeat of bayes' first-round job of the shard whose first-round summary is
-        `out`: the shard's own heartbeat file, with phase first_round (status shows it)."""
-        layout = RunLayout.of_first_round_output(out)
-        parsed = parse_shard_name(out.name, "json")
-        if layout is None or parsed is None:
-            return None
-        beat = cls(layout, *parsed, interval_s)
-        beat.data["phase"] = FIRST_ROUND_PHASE
+        beat = cls(run_dir, shard.index, shard.count, interval_s)
+        if phase:
+            beat.data["phase"] = phase
         return beat
 
     def write(self, **fields: Any) -> None:
@@ -157,53 +149,6 @@ class ShardHeartbeat:
         )
 
 
-def _previous_window(path: Path) -> list[list[float]]:
-    """The rate samples of the shard's previous attempt (its heartbeat file), if any."""
-    try:
-        window = json.loads(path.read_text()).get("window")
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [s for s in window if isinstance(s, list) and len(s) == 3] if window else []
-
-
-def window_rate(beat: dict[str, Any]) -> float | None:
-    """Rollouts/s over the heartbeat's window: the sum of the counts' increases over the sum of
-    the time between samples of the same attempt (the gap of a kill and restart is not time
-    spent generating). None: fewer than two samples of one attempt."""
-    window = beat.get("window") or []
-    gained = spent = 0.0
-    for (t0, c0, p0), (t1, c1, p1) in zip(window, window[1:], strict=False):
-        if p0 == p1 and t1 > t0:
-            gained += max(c1 - c0, 0)
-            spent += t1 - t0
-    return gained / spent if spent > 0 else None
-
-
-def read_heartbeats(layout: RunLayout, n: int) -> dict[int, dict[str, Any]]:
-    """shard index -> its last heartbeat, for the shards of layout `n` that wrote one."""
-    out: dict[int, dict[str, Any]] = {}
-    for i in range(n):
-        try:
-            data = json.loads(layout.shard_status(i, n).read_text())
-        except (OSError, ValueError):  # not started yet (or written by no job of this version)
-            continue
-        if isinstance(data, dict):
-            out[i] = data
-    return out
-
-
-def heartbeat_layouts(layout: RunLayout) -> dict[int, float]:
-    """Shard counts with heartbeats in this run directory -> the newest one's mtime."""
-    found: dict[int, float] = {}
-    status_dir = layout.shard_status(0, 1).parent
-    if status_dir.is_dir():
-        for p in status_dir.iterdir():
-            parsed = parse_shard_name(p.name, "json")
-            if parsed:
-                found[parsed[1]] = max(found.get(parsed[1], 0.0), p.stat().st_mtime)
-    return found
-
-
 @contextlib.contextmanager
 def beating(beat: ShardHeartbeat | None) -> Iterator[None]:
     """A shard job's heartbeat around its work (the rollout job's, bayes' first-round job's):
@@ -226,40 +171,3 @@ def beating(beat: ShardHeartbeat | None) -> Iterator[None]:
         state = "stopped" if isinstance(exc, (SystemExit, KeyboardInterrupt)) else "failed"
         beat.write(state=state, error=" ".join(f"{type(exc).__name__}: {exc}".split())[:500])
         raise
-
-
-def is_live(beat: dict[str, Any], now: float) -> bool:
-    """Starting or running, and heard from within three intervals (plus a minute of slack
-    for a slow shared filesystem)."""
-    if beat.get("state") not in LIVE_STATES:
-        return False
-    age = now - float(beat.get("updated_at") or 0)
-    return age <= 3 * float(beat.get("interval_s") or 30) + 60
-
-
-def collected(beat: dict[str, Any]) -> int:
-    """Rollouts of the shard with a final record, as the job last saw them."""
-    return int(beat.get("journaled_ok") or 0) + int(beat.get("generated") or 0)
-
-
-def rates(beat: dict[str, Any]) -> tuple[float, float]:
-    """(rollouts/s, completion tokens/s): rollouts over the sliding window (which a resumed
-    job inherits), else since the job started generating; tokens since it started."""
-    since = beat.get("generating_since")
-    windowed = window_rate(beat)
-    if not since:
-        return windowed or 0.0, 0.0
-    elapsed = max(float(beat.get("updated_at") or since) - float(since), 1e-9)
-    rate = int(beat.get("generated") or 0) / elapsed
-    return (rate if windowed is None else windowed), int(beat.get("tokens") or 0) / elapsed
-
-
-def eta_text(remaining: int, rate: float) -> str:
-    if remaining <= 0:
-        return "0s"
-    if rate <= 0:
-        return "?"
-    s = math.ceil(remaining / rate)  # rounded up: work left never shows as "0s"
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from rewardprof.core.kinds import TokensSource
-from rewardprof.stages.rollout.heartbeat import ShardHeartbeat, eta_text
-from rewardprof.stages.rollout.seeds import SEED_SCHEME
+from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
+from rewardprof.store.heartbeats import eta_text
+from rewardprof.store.seeds import SEED_SCHEME
 
 log = logging.getLogger("rewardprof.stages.rollout")
 

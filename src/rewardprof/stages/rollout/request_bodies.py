@@ -10,8 +10,8 @@ from typing import Any
 
 from rewardprof.core.config import Config
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.seeds import task_seed, wants_token_ids
 from rewardprof.stages.rollout.shard_tasks import TaskText
+from rewardprof.store.seeds import task_seed, wants_token_ids
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ from rewardprof.stages.rollout.records import Journaling, RecordAssembly, UnitTa
 from rewardprof.stages.rollout.request_bodies import RequestBuilder
 from rewardprof.stages.rollout.sampling import SamplingTools, UnitSampler
 from rewardprof.stages.rollout.sampling_loop import SamplingLoop
-from rewardprof.stages.rollout.seeds import gen_key, legacy_gen_key
 from rewardprof.stages.rollout.shard_tasks import TaskText, Unit, missing_indices
 from rewardprof.stages.rollout.verifying import make_pool, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
+from rewardprof.store.seeds import gen_key, legacy_gen_key
 
 Work = FixedWork | RoundsWork
 

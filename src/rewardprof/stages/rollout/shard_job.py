@@ -2,8 +2,9 @@
 shard's work asks for (the engine opened at the first rollout to generate, closed before the
 output is written), then write the shard's output.
 
-- run_shard: every rollout of the shard's tasks (fixed K), or adaptive rounds planned task by
-  task (work.RoundsWork), recorded in the output's metadata;
+- run_shard: the shard's work (work.py, made by rounds.py: every rollout of the shard's tasks
+  at fixed K, or adaptive rounds planned task by task), then the output the work's `finish`
+  asks for;
 - run_first_round: adaptive bayes' first step, every task's rollouts below
   adaptive.min_rollouts, and a summary saying the shard's first round is journaled.
 """
@@ -24,23 +25,14 @@ from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK
 from rewardprof.engine.session import Endpoint
-from rewardprof.stages.rollout.adaptive_rounds import (
-    checked_plan,
-    first_round_settings,
-    missing_lists,
-    plan_metadata,
-    settings_of,
-    shard_plan,
-    shard_rounds,
-)
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.stages.rollout.output import remove_stale_tmp, write_output
 from rewardprof.stages.rollout.progress import Progress, log_done, log_start
-from rewardprof.stages.rollout.runner import ShardRun, Work, with_sigterm
-from rewardprof.stages.rollout.shard_tasks import load_tasks, missing_indices
-from rewardprof.stages.rollout.work import FixedWork, RoundsWork
-from rewardprof.store.collected import resolve
-from rewardprof.store.journal import ShardLock, scan_journal
+from rewardprof.stages.rollout.rounds import ShardJournal, first_round_work, shard_work
+from rewardprof.stages.rollout.runner import ShardRun, with_sigterm
+from rewardprof.stages.rollout.shard_tasks import load_tasks
+from rewardprof.stages.rollout.work import Work
+from rewardprof.store.journal import ShardLock
 from rewardprof.store.shards import FIRST_ROUND
 
 
@@ -82,26 +74,20 @@ def run_shard(
     heartbeat: ShardHeartbeat | None = None,
 ) -> dict[str, Any]:
     """Collect every rollout the shard's tasks need, then write the shard output (fixed K:
-    num_repeats each; adaptive: each task's planned rollouts, the plan in the metadata).
-    `priors`: adaptive bayes' labels' priors; `heartbeat`, if any, is kept up to date for
-    `rewardprof status`."""
+    num_repeats each; adaptive: each task's planned rollouts, the plan in the metadata: the
+    work's `finish`). `priors`: adaptive bayes' labels' priors; `heartbeat`, if any, is kept up
+    to date for `rewardprof status`."""
     cfg = job.cfg
     with _open_shard(job, engine) as run:
-        missing, info = run.missing()
-        settings = settings_of(cfg)
-        work: Work = FixedWork(missing, cfg.engine.max_n)
-        if settings is not None:  # adaptive_rounds.py
-            rounds = shard_rounds(cfg, settings, run.tasks, job.journal, run.gen_key, priors)
-            work = RoundsWork(rounds, cfg.engine.max_n)
+        view = ShardJournal(run.tasks, job.journal, run.gen_key)
+        info = view.info(cfg, engine.model)
+        work = shard_work(cfg, run, view, priors)
         log_start(job.tag, len(run.tasks), work.pending, info)
         if heartbeat is not None:
             expected = int(run.tasks["num_repeats"].sum())
             heartbeat.data.update(expected=expected, gen_key=run.gen_key, **info)
         generated = _sample(run, engine, work, heartbeat)
-        wanted, metadata = run.tasks["num_repeats"].to_numpy(np.int64), None
-        if isinstance(work, RoundsWork):
-            plan_ = checked_plan(run, settings, work.rounds, priors)
-            wanted, metadata = plan_.planned, plan_metadata(run.tasks, plan_)
+        wanted, metadata = work.finish()
         summary = write_output(
             cfg, run.tasks, wanted, job.journal, run.gen_key, job.tag, job.out, metadata
         )
@@ -117,49 +103,27 @@ def run_first_round(
     adaptive.min_rollouts (at most K; every task's first min_rollouts with posterior keep
     rules), then a summary at job.out saying the shard's first round is journaled."""
     cfg = job.cfg
-    first = cfg.adaptive.min_rollouts
-    phase = first_round_settings(cfg)
     with _open_shard(job, engine, phase=FIRST_ROUND) as run:
-        wanted = np.minimum(first, run.tasks["num_repeats"].to_numpy(np.int64))
-        winners = _first_round_winners(run, wanted)
-        work: Work
-        if phase is None:  # every task's first min_rollouts
-            missing = missing_indices(run.tasks, winners[winners["status"] == OK], wanted)
-            work = FixedWork(missing, cfg.engine.max_n)
-        else:  # exact's rounds, up to min_rollouts
-            rounds = shard_rounds(cfg, phase, run.tasks, job.journal, run.gen_key)
-            work = RoundsWork(rounds, cfg.engine.max_n)
+        view = ShardJournal(run.tasks, job.journal, run.gen_key)
+        work = first_round_work(cfg, run, view)
         if heartbeat is not None:  # done/expected (at most) and the ETA are the first round's
-            journaled = int((winners["status"] == OK).sum())
+            wanted = np.minimum(cfg.adaptive.min_rollouts, run.tasks["num_repeats"].to_numpy())
+            journaled = int((view.winners(wanted)["status"] == OK).sum())
             heartbeat.data.update(expected=int(wanted.sum()), journaled_ok=journaled)
             heartbeat.data["gen_key"] = run.gen_key
         sent = _sample(run, engine, work, heartbeat)
-        winners = _first_round_winners(run, wanted)
+        wanted, _ = work.finish()  # raises if the journal lacks some of it
+        winners = ShardJournal(run.tasks, job.journal, run.gen_key).winners(wanted)
         summary = {
             "shard": job.tag,
             "tasks": len(run.tasks),
-            "first_round": first,
+            "first_round": cfg.adaptive.min_rollouts,
             "generated": sent,
             "present": len(winners),
             "ok": int((winners["status"] == OK).sum()),
         }
-        if phase is None:
-            incomplete = summary["present"] != int(wanted.sum())
-        else:  # the plan on the journal asks for nothing more
-            plan_, records = shard_plan(
-                cfg, phase, run.tasks, run.journal_dir, run.gen_key, run.failed_here
-            )
-            incomplete = any(missing_lists(plan_, records))
-        if incomplete:
-            raise RuntimeError(f"{job.tag}: first round incomplete: {summary}")
         write_json_atomic(job.out, summary)
         return summary
-
-
-def _first_round_winners(run: ShardRun, wanted: np.ndarray):
-    # the resolver's num_repeats: how many rollouts of each task count
-    tasks = run.tasks[["task_index", "task_id"]].assign(num_repeats=wanted)
-    return resolve(scan_journal(run.journal_dir), tasks, run.gen_key).winners
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
-"""What a shard's job samples, in the form the runner's feed takes it: `take` the requests due
-now, report each result with `returned`, stop when `finished`.
+"""What a shard's job samples (`Work`), in the form the runner's feed takes it: `take` the
+requests due now, report each result with `returned`, stop when `finished`; at the end the job
+asks the work to `finish`: which rollouts of each task the output holds, and the metadata it
+carries. The shard job runs any work alike (it knows nothing of adaptive sampling).
 
 - FixedWork: every missing rollout is known up front (fixed K, bayes' first round).
 - RoundsWork: adaptive rounds, each task's next round asked for as soon as its own last round
@@ -8,18 +10,57 @@ now, report each result with `returned`, stop when `finished`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import numpy as np
 
 from rewardprof.core.kinds import OK
 from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.stages.rollout.shard_tasks import Unit, request_units
 
+# what a work's `finish` returns: per task position, the rollouts the shard's output holds
+# (0..wanted-1), and the output's Parquet metadata (the adaptive plan, store/plans.py) or None
+Finished = tuple[np.ndarray, dict[bytes, bytes] | None]
+
+
+class Work(Protocol):
+    """What the runner consumes (take, returned, finished, pending, positions) and what the
+    shard job asks at the end (finish)."""
+
+    @property
+    def pending(self) -> int: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def positions(self) -> list[int]: ...
+
+    def take(self) -> list[Unit]: ...
+
+    def returned(self, pos: int, rollout_index: int, status: str, reward: float | None) -> None: ...
+
+    def finish(self) -> Finished: ...
+
+
+def _no_check() -> None:
+    """Nothing to check at the end."""
+
 
 class FixedWork:
     """Per task position, the rollout indices to sample, all asked for at once."""
 
-    def __init__(self, missing: list[list[int]], max_n: int):
+    def __init__(
+        self,
+        missing: list[list[int]],
+        max_n: int,
+        wanted: np.ndarray | None = None,
+        check: Callable[[], None] = _no_check,
+    ):
+        """`wanted`: per task the rollouts the output holds (what `finish` returns); `check`:
+        what must hold once the work is done (raises otherwise)."""
         self._missing, self._max_n, self._taken = missing, max_n, False
+        self._wanted, self._check = wanted, check
 
     @property
     def pending(self) -> int:
@@ -42,12 +83,25 @@ class FixedWork:
     def returned(self, pos: int, rollout_index: int, status: str, reward: float | None) -> None:
         """Nothing to plan on: every rollout was asked for at the start."""
 
+    def finish(self) -> Finished:
+        if self._wanted is None:
+            raise ValueError("FixedWork.finish: made without `wanted` (nothing to finish)")
+        self._check()
+        return self._wanted, None
+
 
 class RoundsWork:
     """Adaptive rounds task by task (`rounds`: their planner, started on the journal)."""
 
-    def __init__(self, rounds: TaskRounds, max_n: int):
-        self.rounds, self._max_n = rounds, max_n
+    def __init__(
+        self,
+        rounds: TaskRounds,
+        max_n: int,
+        checked: Callable[[TaskRounds], Finished] | None = None,
+    ):
+        """`checked`: at the end, the rounds checked against the journal (what `finish`
+        returns: the plan's rollouts and metadata)."""
+        self.rounds, self._max_n, self._checked = rounds, max_n, checked
         self._next = self._units(rounds.take())  # asked for at the start
         self._positions = np.flatnonzero(~rounds.done).tolist()
 
@@ -71,6 +125,11 @@ class RoundsWork:
         # a failure of this job is known to the plan (not retried in it), its reward unknown
         known = float(reward) if status == OK and reward is not None else float("nan")
         self.rounds.returned(pos, rollout_index, known)
+
+    def finish(self) -> Finished:
+        if self._checked is None:
+            raise ValueError("RoundsWork.finish: made without `checked` (nothing to finish)")
+        return self._checked(self.rounds)
 
     def _units(self, asks: list[tuple[int, list[int]]]) -> list[Unit]:
         missing: dict[int, list[int]] = dict(asks)

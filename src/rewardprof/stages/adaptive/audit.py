@@ -11,6 +11,7 @@ have seen); the plan with the audit gives the decision at K.
 from __future__ import annotations
 
 import logging
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -23,13 +24,26 @@ from rewardprof.decisions.audit.report import audit_report
 from rewardprof.decisions.audit.sample import audit_of
 from rewardprof.decisions.planning.round_plan import Records, plan
 from rewardprof.decisions.priors.warm_start import prior_keys_of
-from rewardprof.stages import StagePaths, StageReport
-from rewardprof.stages.rollout.adaptive_rounds import load_priors, settings_of
+from rewardprof.stages import AuditPaths
+from rewardprof.stages.adaptive_settings import load_priors, settings_of
+
+
+class AuditReport(TypedDict):
+    """decisions/audit/sample.py's report and the settings that sized the sample."""
+
+    delta: float
+    labels: dict[str, dict[str, Any]]
+    overall: dict[str, Any]
+    warnings: list[str]
+    settings: dict[str, Any]
+
 
 log = logging.getLogger(__name__)
 
 
-def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: dict) -> dict:
+def audit_run(
+    cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: dict
+) -> AuditReport:
     """The audit report of a run (see the module doc)."""
     settings = settings_of(cfg)
     if settings is None or settings.mode != "bayes":
@@ -69,16 +83,16 @@ def audit_run(cfg: Config, tasks: pd.DataFrame, rollouts: pd.DataFrame, priors: 
     return report
 
 
-def run(cfg: Config, paths: StagePaths) -> StageReport:
+def run(cfg: Config, paths: AuditPaths) -> AuditReport:
     """Audit the merged rollouts (paths.rollouts) of the tasks (paths.tasks) under the priors
-    (paths.prior); write paths.out (adaptive/audit.json), log each warning, return it."""
+    (paths.prior); write paths.out (RunLayout.adaptive_audit), log each warning, return it."""
     tasks = pq.read_table(
-        paths.need("tasks"), columns=["task_index", "task_id", "label", "num_repeats"]
+        paths.tasks, columns=["task_index", "task_id", "label", "num_repeats"]
     ).to_pandas()
     cols = ["task_index", "rollout_index", "status", "reward"]
-    rollouts = pq.read_table(paths.need("rollouts"), columns=cols).to_pandas()
-    report = audit_run(cfg, tasks, rollouts, load_priors(paths.need("prior")) or {})
+    rollouts = pq.read_table(paths.rollouts, columns=cols).to_pandas()
+    report = audit_run(cfg, tasks, rollouts, load_priors(paths.prior) or {})
     for line in report["warnings"]:
         log.warning("%s", line)
-    write_json_atomic(paths.need("out"), report)
+    write_json_atomic(paths.out, report)
     return report
