@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
+from harness.profiles import export_reasons, profile_of
 
-from rewardprof.decisions.keep_rules import REASONS, OpenTasks, decision_range
+from rewardprof.decisions.keep_rules import OpenTasks, decision_range
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.export import drop_reasons
-from rewardprof.stages.profile import task_profile
 from rewardprof.stages.profile_summary import label_summary
 
 
@@ -28,28 +24,11 @@ def _cfg(export=None, **profile):
 
 def _profile(cfg, rewards_per_task: list[list[float | None]]) -> pd.DataFrame:
     """None in a task's list: a failed rollout (engine_error); the task expects 8."""
-    tasks = pd.DataFrame(
-        {
-            "task_index": range(len(rewards_per_task)),
-            "task_id": [f"t{i}" for i in range(len(rewards_per_task))],
-            "label": "a",
-            "environment": "math",
-            "num_repeats": 8,
-            "row": [json.dumps({"q": i}) for i in range(len(rewards_per_task))],
-        }
-    )
-    rows = [
-        (t, r, "ok" if v is not None else "engine_error", v, "stop", 5)
-        for t, rewards in enumerate(rewards_per_task)
-        for r, v in enumerate(rewards)
-    ]
-    cols = ["task_index", "rollout_index", "status", "reward", "finish_reason", "completion_tokens"]
-    return task_profile(cfg, tasks, pd.DataFrame(rows, columns=cols))
+    return profile_of(cfg, [("a", rewards) for rewards in rewards_per_task], 8)
 
 
 def _reasons(cfg, prof):
-    table = pa.Table.from_pandas(prof.drop(columns="sample"), preserve_index=False)
-    return [REASONS[i] if i >= 0 else "kept" for i in drop_reasons(cfg, table)]
+    return export_reasons(cfg, prof)
 
 
 def test_partial_credit_task_with_reward_variance_is_not_all_fail():
