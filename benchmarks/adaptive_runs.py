@@ -19,8 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rewardprof.core.config import Export, Profile
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import (
+from rewardprof.decisions.audit.sample import (
     AUDIT_SHARE,
     audit_of,
     audit_shares,
@@ -28,9 +27,10 @@ from rewardprof.decisions.audit import (
     with_audit_shares,
 )
 from rewardprof.decisions.keep_rules import KEEP
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.stop_budget import with_stop_thresholds
-from rewardprof.decisions.streaks import round_ends, streak_tests
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_budget import with_stop_thresholds
+from rewardprof.decisions.planning.streaks import round_ends, streak_tests
+from rewardprof.decisions.priors.label import fit_label_priors
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
 

@@ -13,7 +13,7 @@ Scenarios: labels of 10, 30 and 100 tasks (the 50 % p=0 / 20 % p=1 / 30 % unifor
 many independent runs pooled); one label of two pooled shapes; drift between rounds (every
 rollout after the first round has logit p + N(0, 0.5^2), one shift per task); an off-family
 label, p in {0, 0.03, 0.6}; partial credit, rewards {0, 0.5, 1} with P(0.5) = 0.2; rollouts
-in streaks (within-task Markov correlation 0.3 and 0.7: decisions/streaks.py).
+in streaks (within-task Markov correlation 0.3 and 0.7: decisions/planning/streaks.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from dataclasses import replace
 import numpy as np
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import audit_report, clopper_pearson
+from rewardprof.decisions.audit.report import audit_report
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.statistics.binomial import clopper_pearson
 
 try:  # run as a script: benchmarks/ is on sys.path
     import adaptive_runs as runs

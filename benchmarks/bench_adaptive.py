@@ -12,7 +12,7 @@
 No engine: every task gets a true pass rate p from a distribution and one path of K = 16
 Bernoulli(p) outcomes (rollout r of a task is the same draw in every mode, as rollout r has the
 same seed in a fixed-K and an adaptive run). Modes, run by the package's round planner
-(rewardprof.decisions.adaptive_plan: ask what to sample, reveal it, repeat) under the export's
+(rewardprof.decisions.planning.round_plan: ask what to sample, reveal it, repeat) under the export's
 default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pass at K):
 
 * fixed: all 16 rollouts, decision by the rules at K = 16
@@ -22,8 +22,8 @@ default keep rules (drop tasks with no reward variance, i.e. all-fail or all-pas
   prior fitted on those 4 rollouts
 * bayes(delta): as the workflow runs it (adaptive_runs.py): exact's rounds up to
   min_rollouts = 4, the label's priors fitted on them with its stopping threshold
-  (decisions/stop_budget.py), then the rounds, a task the rules leave open stopping when its
-  P(flip) under the fit is at most the threshold; the audit sample (3 %) included
+  (decisions/planning/stop_budget.py), then the rounds, a task the rules leave open stopping when
+  its P(flip) under the fit is at most the threshold; the audit sample (3 %) included
 
 Reported per distribution and mode: share of the fixed run's rollouts used, agreement with the
 fixed run's decisions, and accuracy against the truth (keep iff the true GRPO signal at
@@ -42,14 +42,14 @@ import time
 import numpy as np
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive import (
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records
+from rewardprof.decisions.planning.round_plan import plan as adaptive_plan
+from rewardprof.decisions.planning.stop_tests import (
     EXACT_FIRST_ROUND,
     keep_at,
     posterior_fn_for,
 )
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records
-from rewardprof.decisions.adaptive_plan import plan as adaptive_plan
-from rewardprof.decisions.posterior import fit_prior, prior_as_posterior
+from rewardprof.decisions.priors.posterior import fit_prior, prior_as_posterior
 
 try:  # run as a script: benchmarks/ is on sys.path
     import adaptive_runs as runs_

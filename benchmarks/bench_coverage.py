@@ -2,8 +2,8 @@
 
 A label of T tasks is drawn from a shape of pass rates, each task scored on n rollouts; the
 label's intervals are computed as the profile computes them (stages/profile.py: the family's
-posterior under the fitted prior, decisions/posterior.py, widened by the histogram prior,
-decisions/bin_prior.py) and checked against each task's true p. Coverage = the share of tasks
+posterior under the fitted prior, decisions/priors/posterior.py, widened by the histogram prior,
+decisions/priors/bins.py) and checked against each task's true p. Coverage = the share of tasks
 whose interval holds their p, over all tasks of all labels drawn; also among tasks with
 0 < p < 1 only (where the family's intervals went most wrong). "family only": the intervals
 before widening, for comparison.
@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from rewardprof.decisions.bin_prior import widened
-from rewardprof.decisions.posterior import fit_prior, posterior_columns
+from rewardprof.decisions.priors.bins import widened
+from rewardprof.decisions.priors.posterior import fit_prior, posterior_columns
 
 LEVEL = 0.95
 

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from rewardprof.tools.estimate_signal import useful_prediction
+from rewardprof.estimation.signal import useful_prediction
 
 
 def off_family(rng, size):
@@ -67,7 +67,7 @@ def coverage(shape, tasks: int, n: int, k: int, reps: int, seed: int) -> dict:
 def planned_share(rewards: np.ndarray, first: int) -> float:
     """Share of the K rollouts the planner's exact test samples (default rules)."""
     from rewardprof.core.config import Export
-    from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
+    from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
 
     tasks, k = rewards.shape
     settings = AdaptiveSettings("exact", first=first, round_size=2, group_size=8)
@@ -86,9 +86,9 @@ def partial_credit() -> None:
     from adaptive_scenarios import K, _partial
 
     from rewardprof.core.config import Export
-    from rewardprof.decisions.adaptive import exact_stop
-    from rewardprof.decisions.posterior import fit_prior
-    from rewardprof.tools.estimate_signal import expected_rollouts, variance_rollouts
+    from rewardprof.decisions.planning.stop_tests import exact_stop
+    from rewardprof.decisions.priors.posterior import fit_prior
+    from rewardprof.estimation.signal import expected_rollouts, variance_rollouts
 
     run = _partial(np.random.default_rng(3), 3000)
     print("| pilot n | mode (first round) | simulated share | predicted | 0/1-pass prediction |")

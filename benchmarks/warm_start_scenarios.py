@@ -11,8 +11,8 @@ sample (3 % of the label) included:
 * exact (rounds of 2);
 * bayes (delta 0.02, the first round exact's rounds up to min_rollouts = 4, 3 or 2) without
   the earlier profile;
-* bayes with it (rewardprof.decisions.warm_start: every task matched; the drift fitted on the
-  first round), each prior key with its stopping threshold (decisions/stop_budget.py).
+* bayes with it (rewardprof.decisions.priors.warm_start: every task matched; the drift fitted on the
+  first round), each prior key with its stopping threshold (decisions/planning/stop_budget.py).
 
 Reported: agreement with fixed K, share of fixed-K rollouts used, the fitted drift.
 """
@@ -25,18 +25,18 @@ from dataclasses import replace
 import numpy as np
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive import keep_at
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.audit import (
+from rewardprof.decisions.audit.sample import (
     audit_of,
     audit_shares,
     with_audit_cutoffs,
     with_audit_shares,
 )
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.stop_budget import with_stop_thresholds
-from rewardprof.decisions.streaks import round_ends, streak_tests
-from rewardprof.decisions.warm_start import PriorSet, prior_keys_of, warm_priors
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_budget import with_stop_thresholds
+from rewardprof.decisions.planning.stop_tests import keep_at
+from rewardprof.decisions.planning.streaks import round_ends, streak_tests
+from rewardprof.decisions.priors.label import fit_label_priors
+from rewardprof.decisions.priors.warm_start import PriorSet, prior_keys_of, warm_priors
 
 K = 16
 FIRSTS = (4, 3, 2)  # adaptive.min_rollouts: the first round

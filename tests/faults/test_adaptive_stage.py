@@ -22,7 +22,7 @@ import pytest
 from harness import shardkit as kit
 from harness.rounds import same_plans, shards_round_synchronous
 
-from rewardprof.decisions.adaptive import keep_at
+from rewardprof.decisions.planning.stop_tests import keep_at
 from rewardprof.stages import PriorPaths, ShardPaths, shard
 from rewardprof.stages.adaptive import prior as adaptive_prior
 from rewardprof.stages.adaptive_settings import load_priors

@@ -11,9 +11,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
-from rewardprof.decisions.audit import audit_of
-from rewardprof.decisions.warm_start import prior_keys_of
+from rewardprof.decisions.audit.sample import audit_of
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.decisions.priors.warm_start import prior_keys_of
 from rewardprof.stages.adaptive_settings import load_priors, settings_of
 
 

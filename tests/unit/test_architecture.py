@@ -132,14 +132,16 @@ ALLOWED = {
     "environments": {"core", "engine"},
     "train": {"core", "engine", "environments", "store"},  # a run's export, tasks, rollouts
     "sources": {"core", "environments"},
-    "manifest": {"core", "decisions", "environments"},
+    "manifest": {"core", "environments", "store"},  # store: the warm start's earlier profile
     "testing": {"engine"},
     "stages": {"core", "decisions", "engine", "environments", "sources", "store"},
+    "estimation": {"core", "decisions", "store"},  # sizing maths; shard and writer names
     "tools": {
         "core",
         "decisions",
         "engine",
         "environments",
+        "estimation",
         "manifest",
         "sources",
         "stages",

@@ -11,17 +11,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rewardprof.manifest.load import validate_config
-from rewardprof.store.layout import RunLayout
-from rewardprof.tools.estimate import estimate, measure_pilot
-from rewardprof.tools.estimate_report import to_markdown
-from rewardprof.tools.estimate_signal import (
+from rewardprof.estimation.signal import (
     adaptive_rollouts,
     group_value_counts,
     value_counts_of,
     variance_rollouts,
 )
-from rewardprof.tools.estimate_startup import attempt_of
+from rewardprof.estimation.startup import attempt_of
+from rewardprof.manifest.load import validate_config
+from rewardprof.store.layout import RunLayout
+from rewardprof.tools.estimate import estimate, measure_pilot
+from rewardprof.tools.estimate_report import to_markdown
 
 TASKS_PER_SHARD = 4
 

@@ -7,13 +7,13 @@ import pyarrow as pa
 import pytest
 
 from rewardprof.core.config import ConfigError
-from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.decisions.priors.posterior import MixturePrior
+from rewardprof.estimation.signal import useful_at, useful_prediction
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages import ExportPaths
 from rewardprof.stages.export import REASONS, drop_reasons, label_weights
 from rewardprof.store.layout import ExportFiles
 from rewardprof.tools.estimate import estimate
-from rewardprof.tools.estimate_signal import useful_at, useful_prediction
 
 
 def _cfg(export=None, entries=("a", "b"), **extra):
@@ -305,7 +305,7 @@ def test_pilot_rates_divide_unrounded_gpu_hours(tmp_path):
 
 
 def test_total_useful_interval_is_not_the_sum_of_the_labels_bounds():
-    from rewardprof.tools.estimate import total_useful
+    from rewardprof.estimation.bootstrap import total_useful
 
     parts = [{"useful_fraction": 5.0, "low": 0.0, "high": 10.0}] * 2
     tot = total_useful(parts)

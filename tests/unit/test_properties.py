@@ -4,19 +4,15 @@
   mask and in the shard stage's output;
 - journal resolution: any interleaving of writes by several writers, kills (a torn last line,
   the writer abandoned), segment rolls and rereads resolves to one record per written pair,
-  an ok record whenever the pair has one;
-- the adaptive planner: the pairs it asks for, and its decisions, do not depend on the order
-  (or the batches) in which rewards arrive; planned task by task without a round barrier
-  (stages/rollout/work.py), they are the round-by-round planner's.
+  an ok record whenever the pair has one.
+
+The adaptive planner's properties: tests/unit/decisions/test_plan_properties.py.
 
 Derandomized (the same examples on every run, so CI is reproducible) and sized so the whole of
 L0 stays within its time budget."""
 
 from __future__ import annotations
 
-import asyncio
-import io
-import random
 import tempfile
 from pathlib import Path
 
@@ -28,17 +24,8 @@ from harness.examples import derandomized
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rewardprof.core.config import Export
-from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior, fit_prior
-from rewardprof.decisions.task_rounds import TaskRounds
 from rewardprof.stages import ShardPaths
 from rewardprof.stages import shard as shard_stage
-from rewardprof.stages.rollout.progress import Progress
-from rewardprof.stages.rollout.sampling_loop import SamplingLoop
-from rewardprof.stages.rollout.work import RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
 from rewardprof.store.schemas import TASKS_SCHEMA
@@ -179,130 +166,3 @@ def test_any_interleaving_of_writes_kills_and_rereads_resolves_one_record_per_pa
         for w in writers.values():
             w.close()
         _check_resolution(journal, written)
-
-
-# ---- the adaptive planner -----------------------------------------------------------------
-
-PLAN_K = 8
-PRIORS = {"a": MixturePrior(0.5, 0.2, 1.0, 1.0)}
-PLANNERS = {
-    "exact": AdaptiveSettings("exact", first=2, round_size=2),
-    "bayes": AdaptiveSettings("bayes", first=2, round_size=2, delta=0.05),
-}
-rewards_of_tasks = st.lists(
-    st.lists(st.sampled_from([0.0, 1.0, np.nan]), min_size=PLAN_K, max_size=PLAN_K),
-    min_size=1,
-    max_size=12,
-)
-
-
-def _sample_until_done(mode: str, rewards: np.ndarray, arrivals) -> tuple[set, np.ndarray]:
-    """The rollout loop, with results arriving in an order and batches `arrivals` chooses: ask
-    the planner what is missing, let some of those results arrive, ask again."""
-    tasks = len(rewards)
-    k, labels = np.full(tasks, PLAN_K), np.full(tasks, "a", dtype=object)
-    pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    while True:
-        records = Records(pos, idx, rewards[pos, idx])
-        p = plan(PLANNERS[mode], Export(), k, labels, records, PRIORS)
-        if p.done.all():
-            return set(zip(pos.tolist(), idx.tolist(), strict=True)), p.keep
-        new_pos, new_idx = p.missing(records)
-        assert len(new_pos), "a plan that is not done must ask for rollouts"
-        order = arrivals(list(range(len(new_pos))))
-        batch = order[: max(1, len(order) // 2)] if len(order) > 1 else order
-        pos = np.concatenate([pos, new_pos[batch]])
-        idx = np.concatenate([idx, new_idx[batch]])
-
-
-@derandomized(20)
-@given(
-    mode=st.sampled_from(sorted(PLANNERS)),
-    rewards=rewards_of_tasks,
-    data=st.data(),
-)
-def test_the_planner_asks_for_the_same_pairs_whatever_order_rewards_arrive_in(mode, rewards, data):
-    rewards = np.array(rewards, dtype=float)
-    in_order = _sample_until_done(mode, rewards, lambda ids: ids)
-    shuffled = _sample_until_done(mode, rewards, lambda ids: data.draw(st.permutations(ids)))
-    assert shuffled[0] == in_order[0]  # the same (task, rollout) pairs sampled
-    assert (shuffled[1] == in_order[1]).all()  # the same decisions
-
-
-def _label_priors() -> dict:
-    """bayes' LabelPrior for label "a", fitted on a first round of 2 rollouts over 30 tasks."""
-    n = np.full(30, 2)
-    c = np.array([0] * 12 + [1] * 8 + [2] * 10)
-    labels = np.full(30, "a", dtype=object)
-    return fit_label_priors(n, c, labels, {"a": True}, mixtures={"a": fit_prior(n, c)})
-
-
-PRIOR_SETS = {"exact": None, "bayes": PRIORS, "bayes-label": None}  # bayes-label: _label_priors
-
-
-def _sample_without_barrier(mode: str, rewards: np.ndarray, seed: int, workers: int):
-    """The rollout job's loop with the task planner: `workers` workers take request units as
-    they are planned and return their results after a number of event-loop turns a seeded
-    random chooses, so rounds of different tasks overlap in an arbitrary order."""
-    settings_ = PLANNERS["bayes" if mode.startswith("bayes") else mode]
-    priors = _label_priors() if mode == "bayes-label" else PRIOR_SETS[mode]
-    tasks = len(rewards)
-    k, labels = np.full(tasks, PLAN_K), np.full(tasks, "a", dtype=object)
-    none = Records(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-    work = RoundsWork(TaskRounds(settings_, Export(), k, labels, none, priors, 1.0), 2)
-    rng, sampled = random.Random(seed), []
-
-    async def sample_unit(unit) -> None:  # results after a seeded number of loop turns
-        for _ in range(rng.randrange(6)):
-            await asyncio.sleep(0)
-        sampled.extend((unit.pos, r) for r in unit.indices)
-        for r in unit.indices:
-            reward = rewards[unit.pos, r]
-            work.returned(unit.pos, r, "engine_error" if np.isnan(reward) else OK, reward)
-
-    async def no_text(pos: int) -> None:
-        pass
-
-    async def main() -> None:  # the rollout job's own feed and workers
-        progress = Progress(0, "test", 60.0, stream=io.StringIO(), run_stream=io.StringIO())
-        await SamplingLoop(work, sample_unit, no_text, progress, workers, lambda: 0).run()
-
-    asyncio.run(main())
-    assert len(set(sampled)) == len(sampled)  # no rollout asked for twice
-    pos = np.array([p for p, _ in sampled], dtype=np.int64)
-    idx = np.array([r for _, r in sampled], dtype=np.int64)
-    final = plan(settings_, Export(), k, labels, Records(pos, idx, rewards[pos, idx]), priors)
-    assert final.done.all()
-    return set(sampled), final.keep, len(sampled)
-
-
-@derandomized(30)
-@given(
-    mode=st.sampled_from(["exact", "bayes", "bayes-label"]),
-    rewards=st.lists(
-        st.lists(st.sampled_from([0.0, 1.0, 0.5, np.nan]), min_size=PLAN_K, max_size=PLAN_K),
-        min_size=1,
-        max_size=12,
-    ),
-    seed=st.integers(0, 2**32 - 1),
-    workers=st.integers(1, 4),
-)
-def test_planning_task_by_task_samples_the_round_by_round_pairs(mode, rewards, seed, workers):
-    rewards = np.array(rewards, dtype=float)
-    if mode == "bayes-label":  # a LabelPrior answers 0/1 for its label: keep the rewards so
-        rewards = np.where(rewards == 0.5, 1.0, rewards)
-    settings_ = PLANNERS["bayes" if mode.startswith("bayes") else mode]
-    priors = _label_priors() if mode == "bayes-label" else PRIOR_SETS[mode]
-    tasks = len(rewards)
-    k, labels = np.full(tasks, PLAN_K), np.full(tasks, "a", dtype=object)
-    pos, idx = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    while True:  # round by round: every missing result arrives before the next plan
-        records = Records(pos, idx, rewards[pos, idx])
-        p = plan(settings_, Export(), k, labels, records, priors)
-        new_pos, new_idx = p.missing(records)
-        if not len(new_pos):
-            break
-        pos, idx = np.concatenate([pos, new_pos]), np.concatenate([idx, new_idx])
-    pairs, keep, sent = _sample_without_barrier(mode, rewards, seed, workers)
-    assert pairs == set(zip(pos.tolist(), idx.tolist(), strict=True))
-    assert (keep == p.keep).all() and sent == len(pairs)

@@ -3,19 +3,14 @@ profile, its signal columns, pass@k and the keep rules take any finite reward.""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
+from harness.profiles import export_reasons, profile_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardprof.decisions.keep_rules import REASONS
 from rewardprof.manifest.load import validate_config
-from rewardprof.stages.export import drop_reasons
-from rewardprof.stages.profile import task_profile
 
 
 def _cfg(**profile):
@@ -32,28 +27,11 @@ def _cfg(**profile):
 
 def _profile(cfg, per_task: list[tuple[str, list[float | None]]]) -> pd.DataFrame:
     """(label, rewards) per task; None is a failed rollout (engine_error)."""
-    tasks = pd.DataFrame(
-        {
-            "task_index": range(len(per_task)),
-            "task_id": [f"t{i}" for i in range(len(per_task))],
-            "label": [lbl for lbl, _ in per_task],
-            "environment": "math",
-            "num_repeats": 4,
-            "row": [json.dumps({"q": i}) for i in range(len(per_task))],
-        }
-    )
-    rows = [
-        (t, r, "ok" if v is not None else "engine_error", v, "stop", 5)
-        for t, (_, rewards) in enumerate(per_task)
-        for r, v in enumerate(rewards)
-    ]
-    cols = ["task_index", "rollout_index", "status", "reward", "finish_reason", "completion_tokens"]
-    return task_profile(cfg, tasks, pd.DataFrame(rows, columns=cols))
+    return profile_of(cfg, per_task, 4)
 
 
 def _reasons(cfg, prof):
-    table = pa.Table.from_pandas(prof.drop(columns="sample"), preserve_index=False)
-    return [REASONS[i] if i >= 0 else "kept" for i in drop_reasons(cfg, table)]
+    return export_reasons(cfg, prof)
 
 
 def test_rewards_outside_zero_one_are_profiled_and_said_not_binary():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rewardprof.decisions.posterior import MixturePrior
+from rewardprof.decisions.priors.posterior import MixturePrior
 from rewardprof.stages import FirstRoundPaths, ProfilePaths, RolloutPaths
 from rewardprof.stages.adaptive_settings import load_priors
 from rewardprof.store.layout import RunLayout
@@ -39,13 +39,8 @@ def test_paths_from_the_layout_are_the_rules_files():
         RolloutPaths(tasks=rollout.tasks, journal=rollout.journal, out=rollout.out)
 
 
-def test_the_prior_file_reads_in_both_versions(tmp_path):
+def test_the_prior_file_reads(tmp_path):
     mixture = MixturePrior(0.2, 0.3, 1.5, 2.5, tasks=40).as_dict()
-    first = tmp_path / "first.json"
-    first.write_text(json.dumps({"labels": {"m": mixture}}))
-    read = read_prior_file(first)
-    assert read.label_priors is None and read.mixtures == {"m": mixture}
-    assert load_priors(first) == {"m": MixturePrior.from_dict(mixture)}
     assert load_priors(None) is None
     current = tmp_path / "current.json"
     body = {"labels": {"m": mixture}, "label_priors": {}, "warm_start": {"task_keys": {"t": "m"}}}

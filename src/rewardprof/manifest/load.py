@@ -17,8 +17,8 @@ from rewardprof.core.config import Config, ConfigError, Entry, GeneratorSource
 from rewardprof.core.limits import MAX_CONFIG_DEPTH, config_problem
 from rewardprof.core.redaction import config_secrets, redact, refuse_written_passwords
 from rewardprof.core.validation import describe_all
-from rewardprof.decisions.warm_start import EARLIER_COLUMNS
 from rewardprof.environments import get_environment_class, known_environments
+from rewardprof.store.earlier_profile import EARLIER_COLUMNS
 
 # a generator source (core/config.py GeneratorSource) -> the package that generates its tasks
 GENERATOR_PACKAGES = {"reasoning_gym": "reasoning_gym"}

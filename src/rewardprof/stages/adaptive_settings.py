@@ -8,10 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from rewardprof.core.config import Config
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, uses_posterior
-from rewardprof.decisions.label_prior import LabelPrior
-from rewardprof.decisions.posterior import MixturePrior
-from rewardprof.decisions.warm_start import PriorSet
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, uses_posterior
+from rewardprof.decisions.priors.label import LabelPrior
+from rewardprof.decisions.priors.warm_start import PriorSet
 from rewardprof.store.priors import read_prior_file
 
 
@@ -45,14 +44,11 @@ def first_round_settings(cfg: Config) -> AdaptiveSettings | None:
     return replace(settings, mode="exact", bayes_from=0, stop_at=cfg.adaptive.min_rollouts)
 
 
-def load_priors(path: Path | None) -> dict[str, LabelPrior | MixturePrior] | None:
-    """The priors adaptive-prior wrote (None: no file given): LabelPriors (a PriorSet, with
-    the warm start's task keys), or the single profile-family prior per label of a file
-    written before they existed."""
+def load_priors(path: Path | None) -> PriorSet | None:
+    """The priors adaptive-prior wrote (None: no file given): LabelPrior per label or warm
+    key (a PriorSet, with the warm start's task keys)."""
     if path is None:
         return None
     data = read_prior_file(path)
-    if data.label_priors is not None:
-        priors = {lbl: LabelPrior.from_dict(d) for lbl, d in data.label_priors.items()}
-        return PriorSet(priors, data.task_keys)
-    return {label: MixturePrior.from_dict(d) for label, d in data.mixtures.items()}
+    priors = {lbl: LabelPrior.from_dict(d) for lbl, d in data.label_priors.items()}
+    return PriorSet(priors, data.task_keys)

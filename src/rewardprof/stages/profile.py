@@ -24,10 +24,14 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import atomic_path, write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK, FailureKind
-from rewardprof.decisions.bin_prior import COVERAGE_MIN_TASKS, widened
-from rewardprof.decisions.label_prior import MIN_TASKS
-from rewardprof.decisions.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
-from rewardprof.decisions.stats import grpo_signal_array, interval_arrays, pass_at_k_array
+from rewardprof.decisions.priors.bins import COVERAGE_MIN_TASKS, widened
+from rewardprof.decisions.priors.label import MIN_TASKS
+from rewardprof.decisions.priors.posterior import POSTERIOR_COLUMNS, fit_prior, posterior_columns
+from rewardprof.decisions.statistics.per_task import (
+    grpo_signal_array,
+    interval_arrays,
+    pass_at_k_array,
+)
 from rewardprof.stages import ProfilePaths
 from rewardprof.stages.profile_episodes import episode_columns, read_episodes, steps_histograms
 from rewardprof.stages.profile_summary import label_summary, overall_summary
@@ -110,14 +114,14 @@ def _posterior_cols(
     """post_* columns (docs/profile.md) and each label's fitted priors (for summary.json).
 
     Pass-rate mean and interval: posterior of the pass rate under the label's empirical-Bayes
-    prior, fitted on its tasks' (num_rollouts, num_passed) (decisions/posterior.py). Signal columns:
-    the same posterior for a label whose rewards are all 0/1; for a label with other rewards,
-    the posterior of q = P(reward == v*), v* the label's most common reward, under a prior
+    prior, fitted on its tasks' (num_rollouts, num_passed) (decisions/priors/posterior.py). Signal
+    columns: the same posterior for a label whose rewards are all 0/1; for a label with other
+    rewards, the posterior of q = P(reward == v*), v* the label's most common reward, under a prior
     fitted the same way on that indicator: 1 - q^G - (1-q)^G is a lower bound of the chance
     that a group's rewards differ (exact when a task's rewards take v* and one other value).
     A label with fewer than MIN_TASKS scored tasks uses the prior fitted on every label's
     tasks (`prior_source` "pooled"), and summary.json flags a prior fitted on fewer. Credible
-    intervals are widened to cover a histogram prior's too (decisions/bin_prior.py: the family
+    intervals are widened to cover a histogram prior's too (decisions/priors/bins.py: the family
     alone undercovers off-family labels), and flagged where that was not enough when measured
     (`interval_coverage`)."""
     p = cfg.profile

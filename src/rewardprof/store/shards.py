@@ -76,7 +76,6 @@ def parse_shard_name(name: str, suffix: str = "parquet") -> tuple[int, int] | No
 FIRST_ROUND = "first"
 
 
-def writer_prefixes(i: int, n: int) -> tuple[str, ...]:
-    """The starts of the journal writer ids of shard i's jobs: `<i>-of-<n>_...`, and
-    `s<i>of<n>-...` as versions before 0.3 wrote them (old journals stay readable)."""
-    return f"{shard_tag(i, n)}_", f"s{i}of{n}-"
+def writer_prefix(i: int, n: int) -> str:
+    """The start of the journal writer ids of shard i's jobs: `<i>-of-<n>_...`."""
+    return f"{shard_tag(i, n)}_"

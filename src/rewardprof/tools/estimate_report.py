@@ -1,4 +1,4 @@
-"""The markdown of a sizing estimate (tools/estimate.py computes it)."""
+"""The markdown of a sizing estimate (estimation/sizing.py computes it)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,40 @@ def _hours_interval(tot: dict[str, Any]) -> str:
     )
 
 
-def to_markdown(res: dict[str, Any]) -> str:
-    p, t, tot = res["pilot"], res["target"], res["total"]
+_PILOT_COLUMNS = [
+    "label",
+    "environment",
+    "tasks",
+    "rollouts",
+    "mean_output_tokens",
+    "cost_share",
+    "rollouts_per_gpu_hour",
+    "useful_fraction_at_pilot_k",
+    "useful_basis",
+]
+_TARGET_COLUMNS = [
+    "label",
+    "basis",
+    "tasks",
+    "num_repeats",
+    "rollouts",
+    "rollouts_per_gpu_hour",
+    "gpu_hours",
+    "gpu_hours_low",
+    "gpu_hours_high",
+    "gpu_hours_exact",
+    "gpu_hours_bayes",
+    "useful_basis",
+    "useful_fraction",
+    "useful_fraction_low",
+    "useful_fraction_high",
+    "useful_tasks",
+    "useful_tasks_per_gpu_hour",
+]
+
+
+def _pilot_lines(res: dict[str, Any]) -> list[str]:
+    p, t = res["pilot"], res["target"]
     lines = [
         f"# Sizing estimate: {t['run']} from pilot {p['run_dir']}",
         "",
@@ -44,50 +76,11 @@ def to_markdown(res: dict[str, Any]) -> str:
         "## Pilot, per label",
         "",
     ]
-    lines += _md_table(
-        res["pilot_labels"],
-        [
-            "label",
-            "environment",
-            "tasks",
-            "rollouts",
-            "mean_output_tokens",
-            "cost_share",
-            "rollouts_per_gpu_hour",
-            "useful_fraction_at_pilot_k",
-            "useful_basis",
-        ],
-    )
-    lines += [
-        "",
-        f"## Full config on {t['gpus']} GPU(s) ({t['engines']} engine(s), "
-        f"{t['rollout_jobs']} rollout jobs in {t['waves']} wave(s))",
-        "",
-    ]
-    lines += _md_table(
-        res["labels"],
-        [
-            "label",
-            "basis",
-            "tasks",
-            "num_repeats",
-            "rollouts",
-            "rollouts_per_gpu_hour",
-            "gpu_hours",
-            "gpu_hours_low",
-            "gpu_hours_high",
-            "gpu_hours_exact",
-            "gpu_hours_bayes",
-            "useful_basis",
-            "useful_fraction",
-            "useful_fraction_low",
-            "useful_fraction_high",
-            "useful_tasks",
-            "useful_tasks_per_gpu_hour",
-        ],
-    )
-    lines += [
-        "",
+    return lines + _md_table(res["pilot_labels"], _PILOT_COLUMNS)
+
+
+def _total_line(t: dict[str, Any], tot: dict[str, Any]) -> str:
+    return (
         f"**Total**: {tot['tasks']:,} tasks, {tot['rollouts']:,} rollouts, "
         f"{tot['gpu_hours']:,} GPU-hours of generation{_hours_interval(tot)} "
         f"({tot['gpu_hours_with_startup']:,} with engine startup), "
@@ -98,7 +91,19 @@ def to_markdown(res: dict[str, Any]) -> str:
         f"{_excluded(tot)}), "
         f"{tot['useful_tasks_per_gpu_hour']} per GPU-hour. With adaptive sampling (expected, "
         f"under each label's fitted prior): exact {tot['gpu_hours_exact']:,} GPU-hours, "
-        f"bayes {tot['gpu_hours_bayes']:,}.",
+        f"bayes {tot['gpu_hours_bayes']:,}."
+    )
+
+
+def to_markdown(res: dict[str, Any]) -> str:
+    t, tot = res["target"], res["total"]
+    lines = _pilot_lines(res)
+    lines += [
+        "",
+        f"## Full config on {t['gpus']} GPU(s) ({t['engines']} engine(s), "
+        f"{t['rollout_jobs']} rollout jobs in {t['waves']} wave(s))",
         "",
     ]
+    lines += _md_table(res["labels"], _TARGET_COLUMNS)
+    lines += ["", _total_line(t, tot), ""]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
-"""The streak test of bayes' first round (decisions/streaks.py): a label whose tasks' rollouts
-come in streaks gets the exact test, one whose rollouts are independent keeps the prior's."""
+"""The streak test of bayes' first round (decisions/planning/streaks.py): a label whose tasks'
+rollouts come in streaks gets the exact test, one whose rollouts are independent keeps the
+prior's."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 
 from rewardprof.core.config import Export
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.streaks import STREAK_ALPHA, round_ends, streak_tests, upper_tail
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.streaks import STREAK_ALPHA, round_ends, streak_tests, upper_tail
+from rewardprof.decisions.priors.label import fit_label_priors
 
 K = 16
 BAYES = AdaptiveSettings("bayes", first=2, round_size=2, delta=0.02, group_size=8, bayes_from=4)

@@ -1,4 +1,4 @@
-"""L0: warm start from an earlier profile (decisions/warm_start.py): the drift kernel, the
+"""L0: warm start from an earlier profile (decisions/priors/warm_start.py): the drift kernel, the
 drift estimated on the first round, the warm priors, the planner using them, and the config
 key's validation."""
 
@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from rewardprof.core.config import ConfigError, Export
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Records, plan
-from rewardprof.decisions.grid_prior import GRID
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.stop_budget import with_stop_thresholds
-from rewardprof.decisions.warm_start import (
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.decisions.planning.stop_budget import with_stop_thresholds
+from rewardprof.decisions.priors.grid import GRID
+from rewardprof.decisions.priors.label import fit_label_priors
+from rewardprof.decisions.priors.warm_start import (
     PriorSet,
     bayes_warm_labels,
     drift_matrix,

@@ -1,5 +1,5 @@
 """adaptive audit (bayes): how often the run's early decisions differ from the decision at K,
-measured on its audit sample (decisions/audit.py), written to adaptive/audit.json.
+measured on its audit sample (decisions/audit/sample.py), written to adaptive/audit.json.
 
 The prior stopped no audited task: each ran until the keep rules settled it (at num_repeats at
 the latest). Replaying the planner on the merged rollouts without the audit gives, for each of
@@ -20,15 +20,16 @@ import pyarrow.parquet as pq
 from rewardprof.core.atomic import write_json_atomic
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive_plan import Records, plan
-from rewardprof.decisions.audit import audit_of, audit_report
-from rewardprof.decisions.warm_start import prior_keys_of
+from rewardprof.decisions.audit.report import audit_report
+from rewardprof.decisions.audit.sample import audit_of
+from rewardprof.decisions.planning.round_plan import Records, plan
+from rewardprof.decisions.priors.warm_start import prior_keys_of
 from rewardprof.stages import AuditPaths
 from rewardprof.stages.adaptive_settings import load_priors, settings_of
 
 
 class AuditReport(TypedDict):
-    """decisions/audit.py's report and the settings that sized the sample."""
+    """decisions/audit/sample.py's report and the settings that sized the sample."""
 
     delta: float
     labels: dict[str, dict[str, Any]]

@@ -16,15 +16,14 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Config
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive import posterior_fn_for
-from rewardprof.decisions.adaptive_plan import uses_posterior
-from rewardprof.decisions.audit import audit_shares, with_audit_cutoffs, with_audit_shares
-from rewardprof.decisions.label_prior import fit_label_priors
-from rewardprof.decisions.posterior import MixturePrior, fit_prior
-from rewardprof.decisions.stop_budget import with_stop_thresholds
-from rewardprof.decisions.streaks import StreakTest, round_ends, streak_tests
-from rewardprof.decisions.warm_start import (
-    EARLIER_COLUMNS,
+from rewardprof.decisions.audit.sample import audit_shares, with_audit_cutoffs, with_audit_shares
+from rewardprof.decisions.planning.round_plan import uses_posterior
+from rewardprof.decisions.planning.stop_budget import with_stop_thresholds
+from rewardprof.decisions.planning.stop_tests import posterior_fn_for
+from rewardprof.decisions.planning.streaks import StreakTest, round_ends, streak_tests
+from rewardprof.decisions.priors.label import fit_label_priors
+from rewardprof.decisions.priors.posterior import MixturePrior, fit_prior
+from rewardprof.decisions.priors.warm_start import (
     PriorSet,
     bayes_warm_labels,
     prior_keys_of,
@@ -33,6 +32,7 @@ from rewardprof.decisions.warm_start import (
 from rewardprof.stages import PriorPaths
 from rewardprof.stages.adaptive_settings import first_round_settings, settings_of
 from rewardprof.store.collected import resolve
+from rewardprof.store.earlier_profile import EARLIER_COLUMNS
 from rewardprof.store.journal import scan_journal
 from rewardprof.store.priors import write_prior_file
 from rewardprof.store.seeds import gen_key
@@ -51,8 +51,8 @@ def _first_round_streaks(
     cfg: Config, tasks: pd.DataFrame, w: pd.DataFrame
 ) -> dict[str, StreakTest]:
     """Per label, whether its first round (`w`: _first_round_ok) shows within-task correlation
-    (decisions/streaks.py); none tested where the first round is not exact's rounds (posterior
-    keep rules)."""
+    (decisions/planning/streaks.py); none tested where the first round is not exact's rounds
+    (posterior keep rules)."""
     phase = first_round_settings(cfg)
     if phase is None:
         return {}
@@ -100,10 +100,10 @@ def _stopping_priors(
     gen_key: str,
     streaky: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[dict[str, dict], dict | None]:
-    """Each label's LabelPrior (decisions/label_prior.py) on the first round (`counts`:
+    """Each label's LabelPrior (decisions/priors/label.py) on the first round (`counts`:
     _first_round_counts; `mixtures`: each label's profile-family prior on them; `streaky`
-    labels: the exact test, decisions/streaks.py), with the share of its tasks in the audit
-    sample (decisions/audit.py); with adaptive.warm_start, the warm keys' priors too, and the
+    labels: the exact test, decisions/planning/streaks.py), with the share of its tasks in the audit
+    sample (decisions/audit/sample.py); with adaptive.warm_start, the warm keys' priors too, and the
     warm start's record (task_id -> key, the fitted drift)."""
     n, c, binary = counts
     labels = tasks["label"].to_numpy(dtype=object)
@@ -131,7 +131,7 @@ def _stopping_priors(
 
 def _with_thresholds(cfg: Config, tasks: pd.DataFrame, fitted):
     """Each bayes prior with its stopping threshold per K of its tasks (stop_budget.py), and
-    each label's audit cutoff (decisions/audit.py)."""
+    each label's audit cutoff (decisions/audit/sample.py)."""
     settings = settings_of(cfg)
     ids = tasks["task_id"].to_numpy(dtype=object)
     labels = tasks["label"].to_numpy(dtype=object)
@@ -191,7 +191,7 @@ def run(cfg: Config, paths: PriorPaths) -> PriorReport:
     counts = _first_round_counts(cfg, tasks, first)
     n, c, _ = counts
     labels = tasks["label"].to_numpy(dtype=object)
-    # each label's profile-family prior (decisions/posterior.py): recorded, and kept with its
+    # each label's profile-family prior (decisions/priors/posterior.py): recorded, and kept with its
     # LabelPrior for the posterior keep rules
     mixtures = {lbl: fit_prior(n[labels == lbl], c[labels == lbl]) for lbl in pd.unique(labels)}
     streaks = _first_round_streaks(cfg, tasks, first)

@@ -131,7 +131,7 @@ def remove_stale_tmp(journal: Path, shard_tag: str, out_path: Path) -> None:
     file (never read: their names start with '.'). Holding the shard lock, no live writer of
     this shard owns one, so they go."""
     stale = [
-        *journal.glob(f".{shard_tag}_*.parquet.tmp"),  # its writers: store.shards.writer_prefixes
+        *journal.glob(f".{shard_tag}_*.parquet.tmp"),  # its writers: store.shards.writer_prefix
         *out_path.parent.glob(f".{out_path.name}.tmp-*"),
     ]
     for path in stale:

@@ -1,9 +1,9 @@
-"""Adaptive sampling in a shard's job: the rounds planned by decisions/adaptive_plan.py, as the
-shard job's Work (work.py), started from one read of the journal (ShardJournal).
+"""Adaptive sampling in a shard's job: the rounds planned by decisions/planning/round_plan.py, as
+the shard job's Work (work.py), started from one read of the journal (ShardJournal).
 
 A shard's job plans from its journal, samples what the plan is missing, and plans each task
-again as soon as its own rollouts returned (decisions/task_rounds.py: no barrier between the
-shard's tasks), until every task's decision is settled or it has num_repeats rollouts. The plan
+again as soon as its own rollouts returned (decisions/planning/task_rounds.py: no barrier between
+the shard's tasks), until every task's decision is settled or it has num_repeats rollouts. The plan
 is a function of the rewards alone (never of arrival order, shard split or concurrency), so a
 killed job's rerun, which replans from the journal, samples the same (task, rollout) pairs, and
 at the end the round-synchronous plan on the journal must be the rounds' plan (checked_plan).
@@ -23,10 +23,10 @@ import pandas as pd
 
 from rewardprof.core.config import MAX_NUM_REPEATS, Config
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.adaptive_plan import AdaptiveSettings, Plan, Records, plan
-from rewardprof.decisions.audit import audit_of
-from rewardprof.decisions.task_rounds import TaskRounds
-from rewardprof.decisions.warm_start import prior_keys_of
+from rewardprof.decisions.audit.sample import audit_of
+from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Plan, Records, plan
+from rewardprof.decisions.planning.task_rounds import TaskRounds
+from rewardprof.decisions.priors.warm_start import prior_keys_of
 from rewardprof.stages.adaptive_settings import first_round_settings, settings_of
 from rewardprof.stages.rollout.runner import ShardRun
 from rewardprof.stages.rollout.shard_tasks import missing_indices

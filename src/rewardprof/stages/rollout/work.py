@@ -5,7 +5,7 @@ carries. The shard job runs any work alike (it knows nothing of adaptive samplin
 
 - FixedWork: every missing rollout is known up front (fixed K, bayes' first round).
 - RoundsWork: adaptive rounds, each task's next round asked for as soon as its own last round
-  returned (decisions/task_rounds.py), never waiting for the other tasks of the shard.
+  returned (decisions/planning/task_rounds.py), never waiting for the other tasks of the shard.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from rewardprof.core.kinds import OK
-from rewardprof.decisions.task_rounds import TaskRounds
+from rewardprof.decisions.planning.task_rounds import TaskRounds
 from rewardprof.stages.rollout.shard_tasks import Unit, request_units
 
 # what a work's `finish` returns: per task position, the rollouts the shard's output holds
