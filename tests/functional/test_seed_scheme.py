@@ -5,7 +5,6 @@ their rollouts are generated again, never mixed with new ones, and the log says 
 from __future__ import annotations
 
 import hashlib
-import logging
 import random
 
 import pyarrow.parquet as pq
@@ -16,15 +15,21 @@ from rewardprof.core.config import ConfigError
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout import request_bodies, runner
 from rewardprof.stages.rollout.shard_job import ShardJob, run_shard
+from rewardprof.store import seeds
 from rewardprof.store.journal import scan_journal
-from rewardprof.store.seeds import SEED_SCHEME, gen_key, legacy_gen_key, task_seed
+from rewardprof.store.seeds import gen_key, task_seed
 from rewardprof.testing.fake_server import FakeOpenAI
 
 
 def _scheme1_task_seed(base_seed: int, task_id: str) -> int:
-    """task_seed of seed scheme 1, to write an old journal."""
+    """task_seed of seed scheme 1 (2^15 bases), to write a journal as earlier code did."""
     digest = hashlib.sha256(f"{base_seed}:{task_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFF0000
+
+
+def _old_gen_key(cfg, model: str) -> str:
+    """The gen_key of the code that wrote the old journal (another seed scheme)."""
+    return "scheme-1:" + gen_key(cfg, model)
 
 
 def test_a_million_random_task_ids_get_distinct_seed_bases():
@@ -55,47 +60,42 @@ def test_num_repeats_is_bounded_by_the_rollout_bits():
         validate_config({"entries": [dict(entry, num_repeats=4097)]})
 
 
-def test_gen_key_names_the_seed_scheme():
+def test_gen_key_names_the_seed_scheme(monkeypatch):
     cfg = kit.make_config("http://x")
-    assert gen_key(cfg, kit.MODEL) != legacy_gen_key(cfg, kit.MODEL)
-    assert SEED_SCHEME == 2
+    key = gen_key(cfg, kit.MODEL)
+    monkeypatch.setattr(seeds, "SEED_SCHEME", seeds.SEED_SCHEME + 1)
+    assert gen_key(cfg, kit.MODEL) != key  # records of another scheme are never reused
 
 
-def test_scheme1_journal_is_regenerated_not_mixed_and_logged(tmp_path, monkeypatch, caplog):
-    """A journal written by the old code (old seeds, old gen_key) is not reused: every
-    rollout is generated again with the new seeds, the output holds only new records, and the
-    log names the old scheme."""
+def test_a_journal_of_other_seeds_is_regenerated_not_mixed(tmp_path, monkeypatch):
+    """A journal written by other code (other seeds, so another gen_key) is not reused: every
+    rollout is generated again with the seeds of today, and the output holds only new
+    records."""
     with FakeOpenAI(kit.answer) as server:
         cfg = kit.make_config(server.base_url, num_repeats=3)
         tasks = kit.make_tasks(tmp_path, cfg, 4)
         journal = tmp_path / "journal"
         with monkeypatch.context() as m:  # the code of seed scheme 1
             m.setattr(request_bodies, "task_seed", _scheme1_task_seed)
-            m.setattr(runner, "gen_key", legacy_gen_key)
+            m.setattr(runner, "gen_key", _old_gen_key)
             run_shard(
                 ShardJob(cfg, tasks, journal, tmp_path / "old.parquet", "0-of-1"), kit.engine(cfg)
             )
         old = pq.read_table(tmp_path / "old.parquet").to_pandas()
         assert (old["seed"] < 2**31).all()
         before = len(server.requests)
-        with caplog.at_level(logging.INFO, logger="rewardprof.stages.rollout"):
-            summary = run_shard(
-                ShardJob(cfg, tasks, journal, tmp_path / "new.parquet", "0-of-1"), kit.engine(cfg)
-            )
+        summary = run_shard(
+            ShardJob(cfg, tasks, journal, tmp_path / "new.parquet", "0-of-1"), kit.engine(cfg)
+        )
         assert len(server.requests) > before  # generated again
     assert summary["generated"] == 12 and summary["stale"] == 12
-    assert summary["stale_seed_scheme_1"] == 12
-    assert any(
-        "12 of the stale records were made under seed scheme 1" in r.getMessage()
-        for r in caplog.records
-    )
     new = pq.read_table(tmp_path / "new.parquet").to_pandas()
     assert set(new["gen_key"]) == {gen_key(cfg, kit.MODEL)}
     assert kit.check_records(new, kit.load_tasks(tasks), cfg) == []  # scheme-2 seeds
     assert not set(new["seed"]) & set(old["seed"])
     # the old records stay in the journal, next to the new ones, under their own key
     keys = scan_journal(journal).keys.column("gen_key").to_pylist()
-    assert sorted(set(keys)) == sorted({gen_key(cfg, kit.MODEL), legacy_gen_key(cfg, kit.MODEL)})
+    assert sorted(set(keys)) == sorted({gen_key(cfg, kit.MODEL), _old_gen_key(cfg, kit.MODEL)})
 
 
 def test_check_reports_shard_outputs_of_two_gen_keys(tmp_path):

@@ -8,7 +8,7 @@ winner is an ok record if any (else the latest failure); duplicates are never do
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,6 @@ class Collected:
     winners: pd.DataFrame  # WINNER_COLUMNS + rekeyed; task_index is the resolved one
     stale: int  # records of these tasks from another model/sampling setup
     rekeyed: int  # records whose task moved to a new task_index
-    stale_keys: dict[str, int] = field(default_factory=dict)  # stale records per gen_key
 
 
 def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
@@ -64,12 +63,6 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
         pc.equal(keys.column("gen_key"), gen_key).fill_null(False).to_numpy(zero_copy_only=False)
     )
     stale = int((~fresh).sum())
-    stale_keys: dict[str, int] = {}
-    if stale:
-        counts = pc.value_counts(keys.column("gen_key").filter(pa.array(~fresh)))
-        stale_keys = {
-            v["values"]: v["counts"] for v in counts.to_pylist() if v["values"] is not None
-        }
     ri = keys.column("rollout_index").to_numpy(zero_copy_only=False)
     repeats = tasks["num_repeats"].to_numpy(np.int64)
     keep = np.flatnonzero(fresh & (ri < repeats[pos]))
@@ -85,7 +78,7 @@ def resolve(scan: JournalScan, tasks: pd.DataFrame, gen_key: str) -> Collected:
     winners = keys.select(WINNER_COLUMNS).take(pa.array(pick)).to_pandas()
     winners["task_index"] = t_index.to_numpy()[pos[pick]]
     winners["rekeyed"] = ~exact[pick]
-    return Collected(winners, stale, int(winners["rekeyed"].sum()), stale_keys)
+    return Collected(winners, stale, int(winners["rekeyed"].sum()))
 
 
 def _winners(pos: np.ndarray, ri: np.ndarray, ok: np.ndarray, finished: np.ndarray) -> np.ndarray:

@@ -7,8 +7,8 @@ those (its torn last line is skipped). Finding what is collected reads only the 
 columns plus the short tails: completion text is never parsed to resume.
 
 Files: `<writer>.<seq>.parquet` (segments) and `<writer>.<seq>.jsonl` (tails), where writer is
-`s<i>of<N>-<time>-<pid>`. A crash between writing a segment and deleting its tail leaves both;
-readers dedupe on (task_index, rollout_index).
+`<i>-of-<N>_<time>-<host>-<pid>-<n>` (store/shards.py `writer_prefix`). A crash between writing
+a segment and deleting its tail leaves both; readers dedupe on (task_index, rollout_index).
 
 Only records that fit ROLLOUT_SCHEMA are ever written (`JournalWriter.append` refuses others),
 so a segment can always be compacted; no record is above MAX_RECORD_BYTES (store/record.py

@@ -45,11 +45,6 @@ def gen_key(cfg: Config, model: str) -> str:
     return _fingerprint(spec)
 
 
-def legacy_gen_key(cfg: Config, model: str) -> str:
-    """The gen_key the same config had under seed scheme 1 (to name such records in the log)."""
-    return _fingerprint(_gen_spec(cfg, model))
-
-
 def task_seed(base_seed: int, task_id: str) -> int:
     """Rollout r of a task samples with seed task_seed + r (vLLM gives choice j seed + j).
 

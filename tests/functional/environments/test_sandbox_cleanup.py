@@ -21,15 +21,14 @@ def test_sweep_removes_only_what_dead_workers_left(tmp_path):
         "running": tmp_path / f"{PREFIX}{mine}-{start_time(mine)}-abc",
         # a running pid with another start time: the pid was reused, the worker is gone
         "reused": tmp_path / f"{PREFIX}{mine}-{start_time(mine) + 1}-abc",
-        "legacy_old": tmp_path / f"{PREFIX}xyz",
-        "legacy_new": tmp_path / f"{PREFIX}uvw",
+        "unnamed_old": tmp_path / f"{PREFIX}xyz",  # no owner in its name: never ours to remove
     }
     for d in dirs.values():
         (d / "0" / "scratch").mkdir(parents=True)
     hours_ago = time.time() - 2 * 3600
-    os.utime(dirs["legacy_old"], (hours_ago, hours_ago))
+    os.utime(dirs["unnamed_old"], (hours_ago, hours_ago))
     killed: list[int] = []
     removed = sweep_stale(killed.append, tmp=str(tmp_path))
-    assert sorted(removed) == sorted(str(dirs[k]) for k in ("dead", "reused", "legacy_old"))
-    assert {k for k, d in dirs.items() if d.exists()} == {"running", "legacy_new"}
+    assert sorted(removed) == sorted(str(dirs[k]) for k in ("dead", "reused"))
+    assert {k for k, d in dirs.items() if d.exists()} == {"running", "unnamed_old"}
     assert killed == []  # no process runs under those workers' uids

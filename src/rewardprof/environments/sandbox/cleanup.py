@@ -22,7 +22,6 @@ import re
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +29,6 @@ PREFIX = "rewardprof-sbx-"
 UID_BASE = 1_000_000
 UIDS_PER_WORKER = 64
 _NAME = re.compile(rf"^{PREFIX}(\d+)-(\d+)-")
-_LEGACY_AGE_S = 3600  # directories of older versions carry no owner: removed once this old
 _swept = False
 
 
@@ -88,10 +86,10 @@ def processes_of_uids(uids: range) -> dict[int, list[int]]:
     return found
 
 
-def is_stale(name: str, now: float, mtime: float) -> bool:
+def is_stale(name: str) -> bool:
     m = _NAME.match(name)
-    if m is None:
-        return now - mtime > _LEGACY_AGE_S
+    if m is None:  # not named by a worker (no owner to ask): not ours to remove
+        return False
     return not runs(int(m.group(1)), int(m.group(2)))
 
 
@@ -100,10 +98,9 @@ def sweep_stale(kill_uid: Callable[[int], None], tmp: str | None = None) -> list
     directories removed. Directories of live workers (other jobs running now) are kept."""
     removed = []
     base = Path(tmp or tempfile.gettempdir())
-    now = time.time()
     for path in base.glob(f"{PREFIX}*"):
         try:
-            stale = path.is_dir() and is_stale(path.name, now, path.stat().st_mtime)
+            stale = path.is_dir() and is_stale(path.name)
         except OSError:
             continue  # removed by another sweep meanwhile
         if not stale:

@@ -112,7 +112,7 @@ def sweep_stale(root: Path = ROOT) -> list[str]:
         return []
     removed = []
     for path in root.glob(f"{cleanup.PREFIX}*"):
-        if cleanup.is_stale(path.name, time.time(), path.stat().st_mtime):
+        if cleanup.is_stale(path.name):
             MemoryCgroup(path).remove()
             if not path.exists():
                 removed.append(str(path))

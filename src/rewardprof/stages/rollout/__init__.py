@@ -29,7 +29,6 @@ class RolloutReport(TypedDict):
     journaled_ok: int
     stale: int
     torn_lines: int
-    stale_seed_scheme_1: int
 
 
 def run(cfg: Config, paths: RolloutPaths) -> RolloutReport:

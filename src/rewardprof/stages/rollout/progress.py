@@ -25,7 +25,6 @@ from typing import Any, TextIO
 from rewardprof.core.kinds import TokensSource
 from rewardprof.stages.rollout.heartbeat import ShardHeartbeat
 from rewardprof.store.heartbeats import eta_text
-from rewardprof.store.seeds import SEED_SCHEME
 
 log = logging.getLogger("rewardprof.stages.rollout")
 
@@ -43,15 +42,6 @@ def log_start(shard_tag: str, tasks: int, missing: int, info: dict[str, Any]) ->
         info["rekeyed"],
         info["torn_lines"],
     )
-    if info["stale_seed_scheme_1"]:
-        log.warning(
-            "%s: %d of the stale records were made under seed scheme 1 (seed scheme "
-            "now %d): they are not reused, their rollouts are generated again with the "
-            "new seeds (docs/robustness.md)",
-            shard_tag,
-            info["stale_seed_scheme_1"],
-            SEED_SCHEME,
-        )
 
 
 def peak_rss_mb() -> float:

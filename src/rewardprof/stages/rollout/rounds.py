@@ -34,7 +34,6 @@ from rewardprof.stages.rollout.work import Finished, FixedWork, RoundsWork, Work
 from rewardprof.store import plans
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import scan_journal
-from rewardprof.store.seeds import legacy_gen_key
 
 
 class ShardJournal:
@@ -69,7 +68,6 @@ class ShardJournal:
             "stale": col.stale,
             "rekeyed": col.rekeyed,
             "torn_lines": self.scan.torn_lines,
-            "stale_seed_scheme_1": col.stale_keys.get(legacy_gen_key(cfg, model), 0),
         }
 
     def records(self, failed_here: set[tuple[int, int]]) -> Records:

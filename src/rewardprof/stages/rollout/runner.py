@@ -42,7 +42,7 @@ from rewardprof.stages.rollout.verifying import make_pool, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.collected import resolve
 from rewardprof.store.journal import JournalWriter, scan_journal
-from rewardprof.store.seeds import gen_key, legacy_gen_key
+from rewardprof.store.seeds import gen_key
 
 Work = FixedWork | RoundsWork
 
@@ -103,7 +103,6 @@ class ShardRun:
             "stale": col.stale,
             "rekeyed": col.rekeyed,
             "torn_lines": scan.torn_lines,
-            "stale_seed_scheme_1": col.stale_keys.get(legacy_gen_key(self.cfg, self.model), 0),
         }
         return missing, info
 
