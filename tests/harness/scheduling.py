@@ -6,11 +6,7 @@ as in a serial run; a few units span files because the tests share one piece of 
 - `slurm`: the one local Slurm cluster (tests count its jobs and nodes; two at a time would see
   each other's);
 - `vllm`: the real engine (~4 GB and both cores per server, and the converted model in
-  resources/models that the first of them makes);
-- `vllm-docs`: the documented engine commands (tests/engine/test_real_doc_commands.py), a unit
-  of their own beside `vllm`: they convert the model into their own copy of the checkout, and
-  together with the other real-engine tests they were one chain of ~22 minutes that every other
-  unit had long finished before (1.25 of 2 cores busy over the suite).
+  resources/models that the first of them makes).
 The units are handed out longest first (the real engine's ~10 minutes, then Slurm's, then the
 Snakemake runs, the fault tests, and last the many short in-process ones), so that no long unit
 starts when the others are done. The ranks are orders of magnitude, not measurements to keep up
@@ -27,14 +23,12 @@ import pytest
 
 # tests sharing one piece: (path prefix under tests/, unit)
 SHARED = (
-    ("engine/test_real_doc_commands.py", "vllm-docs"),
     ("engine/test_real_", "vllm"),
     ("slurm/", "slurm"),
 )
 # the rank of a unit in the queue, by its name or its tier's folder (lower starts first)
 RANK = {
     "vllm": 0,
-    "vllm-docs": 0,
     "engine/test_model_convert_kill.py": 0,
     "slurm": 1,
     "workflow": 2,

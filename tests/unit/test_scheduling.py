@@ -15,7 +15,6 @@ def test_tests_of_one_piece_share_a_unit_and_others_are_their_file():
     assert unit_of("tests/engine/test_real_fleet.py::test_x") == "vllm"
     assert unit_of("tests/engine/test_real_lifecycle.py::test_y[a-b]") == "vllm"
     assert unit_of("tests/slurm/test_slurm_run.py::test_z") == "slurm"
-    assert unit_of("tests/engine/test_real_doc_commands.py::test_x") == "vllm-docs"
     assert unit_of("tests/engine/test_fleet_fake.py::test_x") == "engine/test_fleet_fake.py"
     assert unit_of("tests/workflow/test_export.py::test_x[p::q]") == "workflow/test_export.py"
 
