@@ -7,6 +7,7 @@ user gets: the exported task set and each dropped task's reason class (kept or d
 from __future__ import annotations
 
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from rewardprof.core.config import Export, Profile
 from rewardprof.decisions.keep_rules import KEEP
 from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, plan
+from rewardprof.stages import profile as profile_stage
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
 
@@ -53,7 +55,10 @@ def _rollouts(outcomes: np.ndarray, pos: np.ndarray, idx: np.ndarray) -> pd.Data
 
 
 def _export_keep(cfg, tasks, rollouts, plans=None) -> np.ndarray:
-    prof = task_profile(cfg, tasks, rollouts, plans)
+    # No rule drawn here reads the posterior columns (min_expected_signal and
+    # min_signal_probability are never set): their prior fits were 96 % of this file's time
+    with mock.patch.object(profile_stage, "_posterior_cols", lambda *args: ({}, {})):
+        prof = task_profile(cfg, tasks, rollouts, plans)
     reasons, _ = _reasons(cfg, pa.Table.from_pandas(prof, preserve_index=False))
     return reasons == KEEP
 
@@ -129,7 +134,7 @@ def cases(draw):
     return outcomes, k, ex, first, round_size
 
 
-# 100 cases cover every rule with failures and partial credit in ~50 s (300 were checked once)
+# 100 cases cover every rule with failures and partial credit in ~3 s (300 were checked once)
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(cases())
 def test_exact_exports_what_fixed_k_exports_under_every_export_rule(case):
