@@ -111,19 +111,15 @@ def run(name: str, cfg: dict, files: dict[str, str]) -> None:
     with FakeOpenAI(answer=answer) as s:
         cfg["engine"] = {"mode": "endpoint", "base_url": s.base_url, "model": "fake-model"}
         (work / "run.yaml").write_text(yaml.safe_dump(cfg))
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(work),
-            "--cores",
-            "2",
+        paths = (
+            "--snakefile",
+            REPO / "Snakefile",
+            "--directory",
+            work,
             "--configfile",
-            str(work / "run.yaml"),
-        ]
+            work / "run.yaml",
+        )
+        cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *map(str, paths)]
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
     (work / "snakemake.log").write_text(r.stdout + r.stderr)
     if r.returncode:
