@@ -34,6 +34,7 @@ from synth import default_out, tasks_table, trivial_environment  # noqa: E402
 from rewardprof.engine.session import Endpoint  # noqa: E402
 from rewardprof.manifest.load import validate_config  # noqa: E402
 from rewardprof.stages.rollout.progress import Progress  # noqa: E402
+from rewardprof.stages.rollout.rounds import ShardJournal  # noqa: E402
 from rewardprof.stages.rollout.runner import ShardRun  # noqa: E402
 from rewardprof.stages.rollout.work import FixedWork  # noqa: E402
 
@@ -81,7 +82,7 @@ def run_pipeline(
     )
     shutil.rmtree(work, ignore_errors=True)
     run = ShardRun(cfg, "fake-model", tasks, work / "journal", "s0of1")
-    missing, _ = run.missing()
+    missing = ShardJournal(run.tasks, run.journal_dir, run.gen_key).missing()
     todo = sum(len(m) for m in missing)
     progress = Progress(todo, "bench", 1e9, stream=io.StringIO())
     me = psutil.Process()

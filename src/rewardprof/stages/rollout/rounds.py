@@ -60,7 +60,7 @@ class ShardJournal:
         winners = self.winners(wanted)
         return missing_indices(self.tasks, winners[winners["status"] == OK], wanted)
 
-    def info(self, cfg: Config, model: str) -> dict[str, int]:
+    def info(self) -> dict[str, int]:
         """What the job logs and its heartbeat carries about the journal it started from."""
         col = self.collected
         return {

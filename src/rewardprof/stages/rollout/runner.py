@@ -24,7 +24,6 @@ from pathlib import Path
 import pandas as pd
 
 from rewardprof.core.config import Config
-from rewardprof.core.kinds import OK
 from rewardprof.engine.liveness import run_while_alive
 from rewardprof.engine.session import Endpoint
 from rewardprof.environments import Environment, VerifyContext, make_environment
@@ -37,11 +36,10 @@ from rewardprof.stages.rollout.records import Journaling, RecordAssembly, UnitTa
 from rewardprof.stages.rollout.request_bodies import RequestBuilder
 from rewardprof.stages.rollout.sampling import SamplingTools, UnitSampler
 from rewardprof.stages.rollout.sampling_loop import SamplingLoop
-from rewardprof.stages.rollout.shard_tasks import TaskText, Unit, missing_indices
+from rewardprof.stages.rollout.shard_tasks import TaskText, Unit
 from rewardprof.stages.rollout.verifying import make_pool, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
-from rewardprof.store.collected import resolve
-from rewardprof.store.journal import JournalWriter, scan_journal
+from rewardprof.store.journal import JournalWriter
 from rewardprof.store.seeds import gen_key
 
 Work = FixedWork | RoundsWork
@@ -92,19 +90,6 @@ class ShardRun:
             self._env_specs[label] = (env_name, options[label])
         self.counts: Counter[str] = Counter()
         self.failed_here: set[tuple[int, int]] = set()  # (task_index, rollout_index), this job
-
-    def missing(self) -> tuple[list[list[int]], dict[str, int]]:
-        scan = scan_journal(self.journal_dir)
-        col = resolve(scan, self.tasks[["task_index", "task_id", "num_repeats"]], self.gen_key)
-        ok = col.winners[col.winners["status"] == OK]
-        missing = missing_indices(self.tasks, ok)
-        info = {
-            "journaled_ok": len(ok),
-            "stale": col.stale,
-            "rekeyed": col.rekeyed,
-            "torn_lines": scan.torn_lines,
-        }
-        return missing, info
 
     async def generate(self, endpoint: Endpoint, work: Work, progress: Progress) -> None:
         """Sample what `work` asks for from `endpoint` until it is finished (sampling_loop.py);

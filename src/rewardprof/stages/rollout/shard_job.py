@@ -80,7 +80,7 @@ def run_shard(
     cfg = job.cfg
     with _open_shard(job, engine) as run:
         view = ShardJournal(run.tasks, job.journal, run.gen_key)
-        info = view.info(cfg, engine.model)
+        info = view.info()
         work = shard_work(cfg, run, view, priors)
         log_start(job.tag, len(run.tasks), work.pending, info)
         if heartbeat is not None:
