@@ -34,7 +34,11 @@ def main() -> None:
     while args.held_file is not None and server.gate_held < 1:
         time.sleep(0.02)
     if args.held_file is not None:
-        args.held_file.write_text(str(server.gate_held))
+        # written whole, then renamed: the test kills this process the moment the file exists,
+        # so a file created empty and filled afterwards could be read empty
+        partial = args.held_file.with_name(args.held_file.name + ".partial")
+        partial.write_text(str(server.gate_held))
+        partial.rename(args.held_file)
     threading.Event().wait()
 
 

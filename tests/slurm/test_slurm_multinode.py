@@ -45,7 +45,9 @@ with serve_nodes(cfg, out / "engine.log") as server:
     reply = json.load(urllib.request.urlopen(req, timeout=120))
     ready = {{"urls": server.base_urls, "choices": len(reply["choices"]),
               "steps": [[s.node, s.rank, s.argv] for r in server.replicas for s in r.steps]}}
-    (out / "ready.json").write_text(json.dumps(ready))
+    # whole, then renamed: the test reads it the moment it exists
+    (out / "ready.partial").write_text(json.dumps(ready))
+    (out / "ready.partial").rename(out / "ready.json")
     if sys.argv[2] == "hold":
         time.sleep(600)  # until scancel
 """
