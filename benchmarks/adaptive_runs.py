@@ -33,6 +33,7 @@ from rewardprof.decisions.planning.streaks import round_ends, streak_tests
 from rewardprof.decisions.priors.label import fit_label_priors
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
+from rewardprof.testing.outcome_tables import plans_table, rollouts_table, tasks_table
 
 MIN_ROLLOUTS = 4
 ROUND = 2
@@ -95,38 +96,8 @@ def bayes_run(
 
 def export_keep(ex: Export, outcomes, k, labels, pos, idx, p=None) -> np.ndarray:
     """Per task: the export keeps it (the profile and export stages' functions)."""
-    tasks = pd.DataFrame(
-        {
-            "task_index": np.arange(len(k)),
-            "task_id": [f"task-{i}" for i in range(len(k))],
-            "label": labels,
-            "environment": "math",
-            "num_repeats": k,
-            "row": ["{}"] * len(k),
-        }
-    )
-    reward = outcomes[pos, idx]
-    failed = np.isnan(reward)
-    rollouts = pd.DataFrame(
-        {
-            "task_index": pos,
-            "rollout_index": idx,
-            "status": np.where(failed, "engine_error", "ok"),
-            "reward": pd.array(np.where(failed, np.nan, reward), dtype="Float64"),
-            "finish_reason": "stop",
-            "completion_tokens": 10,
-        }
-    )
-    plans = None
-    if p is not None:
-        plans = pd.DataFrame(
-            {
-                "task_index": np.arange(len(k)),
-                "planned": p.planned,
-                "stopped_early": p.stopped_early,
-                "keep": p.keep,
-            }
-        )
+    tasks, rollouts = tasks_table(k, labels), rollouts_table(outcomes, pos, idx)
+    plans = plans_table(p) if p is not None else None
     cfg = SimpleNamespace(profile=Profile(group_size=GROUP_SIZE), export=ex)
     prof = task_profile(cfg, tasks, rollouts, plans)
     reasons, _ = _reasons(cfg, pa.Table.from_pandas(prof, preserve_index=False))

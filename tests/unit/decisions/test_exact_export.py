@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,37 +20,9 @@ from rewardprof.decisions.planning.round_plan import AdaptiveSettings, Records, 
 from rewardprof.stages import profile as profile_stage
 from rewardprof.stages.export import _reasons
 from rewardprof.stages.profile import task_profile
+from rewardprof.testing.outcome_tables import plans_table, rollouts_table, tasks_table
 
 LABELS = ("a", "b")
-
-
-def _tasks(k: np.ndarray) -> pd.DataFrame:
-    t = len(k)
-    return pd.DataFrame(
-        {
-            "task_index": np.arange(t),
-            "task_id": [f"t{i}" for i in range(t)],
-            "label": [LABELS[i % 2] for i in range(t)],
-            "environment": "math",
-            "num_repeats": k,
-            "row": ["{}"] * t,
-        }
-    )
-
-
-def _rollouts(outcomes: np.ndarray, pos: np.ndarray, idx: np.ndarray) -> pd.DataFrame:
-    reward = outcomes[pos, idx]
-    failed = np.isnan(reward)
-    return pd.DataFrame(
-        {
-            "task_index": pos,
-            "rollout_index": idx,
-            "status": np.where(failed, "engine_error", "ok"),
-            "reward": pd.array(np.where(failed, np.nan, reward), dtype="Float64"),
-            "finish_reason": "stop",
-            "completion_tokens": 10,
-        }
-    )
 
 
 def _export_keep(cfg, tasks, rollouts, plans=None) -> np.ndarray:
@@ -80,21 +51,13 @@ def compare(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(fixed K's export keep, exact's export keep, rollouts exact sampled)."""
     cfg = SimpleNamespace(profile=Profile(), export=ex)
-    tasks = _tasks(k)
+    tasks = tasks_table(k, [LABELS[i % 2] for i in range(len(k))])
     every = [(t, r) for t in range(len(k)) for r in range(int(k[t]))]
     fpos, fidx = (np.array(x, dtype=np.int64) for x in zip(*every, strict=True))
-    fixed = _export_keep(cfg, tasks, _rollouts(outcomes, fpos, fidx))
+    fixed = _export_keep(cfg, tasks, rollouts_table(outcomes, fpos, fidx))
     adaptive = AdaptiveSettings("exact", first=first, round_size=round_size)
     p, pos, idx = _exact_run(adaptive, ex, outcomes, k)
-    plans = pd.DataFrame(
-        {
-            "task_index": np.arange(len(k)),
-            "planned": p.planned,
-            "stopped_early": p.stopped_early,
-            "keep": p.keep,
-        }
-    )
-    exact = _export_keep(cfg, tasks, _rollouts(outcomes, pos, idx), plans)
+    exact = _export_keep(cfg, tasks, rollouts_table(outcomes, pos, idx), plans_table(p))
     return fixed, exact, len(pos)
 
 
