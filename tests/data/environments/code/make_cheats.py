@@ -22,16 +22,20 @@ SUM = {
     "prompt": "Read two integers on one line; print their sum.",
     "tests": [{"input": "20 22\n", "output": "42\n"}],
 }
+
+
+def unittest_code(*asserts: str) -> str:
+    """A unittest test case of `asserts` (lines of its test method), run by an assert."""
+    body = "".join(f"        {line}\n" for line in asserts)
+    return (
+        "import unittest\n\nclass TestAdd(unittest.TestCase):\n    def test_add(self):\n"
+        f"{body}\nassert unittest.main(exit=False).result.wasSuccessful()\n"
+    )
+
+
 UNITTEST = {
     "prompt": "Write a function add(a, b) returning a + b.",
-    "test_code": """import unittest
-
-class TestAdd(unittest.TestCase):
-    def test_add(self):
-        self.assertEqual(add(1, 2), 3)
-
-assert unittest.main(exit=False).result.wasSuccessful()
-""",
+    "test_code": unittest_code("self.assertEqual(add(1, 2), 3)"),
 }
 LIST_ADD = {"prompt": "add(a, b) returns [a + b].", "test_list": ["assert add(1, 2) == [3]"]}
 DICT_ADD = {
@@ -393,16 +397,9 @@ OBJECT_ADD = {
 }
 RAISES = {
     "prompt": "add(a, b) returns a + b and raises ValueError when either is negative.",
-    "test_code": """import unittest
-
-class TestAdd(unittest.TestCase):
-    def test_add(self):
-        self.assertEqual(add(1, 2), 3)
-        with self.assertRaises(ValueError):
-            add(-1, 2)
-
-assert unittest.main(exit=False).result.wasSuccessful()
-""",
+    "test_code": unittest_code(
+        "self.assertEqual(add(1, 2), 3)", "with self.assertRaises(ValueError):", "    add(-1, 2)"
+    ),
 }
 HONEST_ADD = "def add(a, b):\n    return a + b\n"
 for name, task, program, why in (
