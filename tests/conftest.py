@@ -6,6 +6,7 @@ groups and orders the tests for `make test`'s parallel workers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,11 @@ from harness.tiers import TierPlugin
 from rewardprof.testing.fake_server import FakeOpenAI, scripted
 
 pytest_plugins = ["pytester"]
+
+# The suite's processes share two cores: OpenMP threads that spin between kernels (torch in the
+# GRPO step and the model conversion, vLLM servers the docs' commands start) hold cores the
+# others need; serve mode sets this for the servers it starts (engine/server.py CPU_ENV)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,5 +1,5 @@
 """`rewardprof fleet` against the stand-in vLLM (fast; the real engine behind a fleet is in
-test_real_fleet.py): start publishes the replicas as they turn ready, a replica killed with
+test_real_doc_commands.py): start publishes the replicas as they turn ready, a replica killed with
 SIGKILL is dropped from the endpoints and started again, stop leaves no process behind."""
 
 from __future__ import annotations

@@ -4,13 +4,17 @@ shipped, with the real vLLM CPU engine:
 
 - docs/engine.md: the model conversion (first: every other block serves the model it makes),
   the "N replicas" loop and the sweep balanced over its two servers (each server answered
-  requests), the fleet's start / sweep / status / stop, and the single server of endpoint mode;
+  requests), the fleet's start / sweep / status / stop (while the fleet is up, one of the
+  sweep's shards sampled again on one replica alone gives the same texts, token counts and
+  rewards: balancing changes where a rollout runs, never what it is), and the single server of
+  endpoint mode (the loop's command for one port: proven by the loop, not started again);
 - docs/sizing.md: the pilot run, its check and the estimate for the full sweep.
 
 A block that starts servers (a `vllm.entrypoints.openai.api_server` command) is run in its own
 session and the test waits until each of its ports lists the model; the servers stay up for the
 unmarked blocks that follow it (which use them) and are stopped before the next engine block.
-Minutes of CPU per block: run it alone."""
+A server command this test has already started and seen serve, word for word, is not started a
+second time when no block uses it. Minutes of CPU per block: run it alone."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from engine_helpers import MODEL, assert_gone, new_mark, require_engine
 from harness.doc_commands import (
     Block,
@@ -39,6 +44,10 @@ from harness.doc_commands import (
 from rewardprof.engine.endpoints import read_endpoints
 from rewardprof.engine.host import port_is_free
 from rewardprof.engine.model import MARKER, model_key
+from rewardprof.engine.session import engine_session
+from rewardprof.manifest.load import validate_config
+from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
+from rewardprof.store.layout import FleetLayout, RunLayout
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SERVER = "vllm.entrypoints.openai.api_server"
@@ -53,6 +62,15 @@ def _ports(command: str) -> list[int]:
     if loop:
         return [int(p) for p in loop[1].split()]
     return [int(p) for p in re.findall(r"--port (\d+)", command)]
+
+
+def _one_server_each(command: str) -> list[str]:
+    """The command of each server a server block starts, words single-spaced: the loop's body
+    once per port, else the command itself."""
+    loop = re.fullmatch(r"for port in ([\d ]+); do (.+) & done", command.strip())
+    if loop:
+        return [" ".join(loop[2].replace("$port", p).split()) for p in loop[1].split()]
+    return [" ".join(command.split())]
 
 
 def planned_blocks() -> list[Block]:
@@ -99,6 +117,7 @@ class Servers:
     log: Path
     procs: list[subprocess.Popen] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
+    served: set[str] = field(default_factory=set)  # every server command seen serving
 
     def start(self, command: str, work: Path, env: dict) -> None:
         ports = _ports(command)
@@ -121,6 +140,7 @@ class Servers:
             assert time.monotonic() < deadline, f"not serving after 1200 s:\n{self.tail()}"
             assert self._alive(proc), f"the servers exited:\n{self.tail()}"
             time.sleep(2)
+        self.served.update(_one_server_each(command))
 
     def _alive(self, proc: subprocess.Popen) -> bool:
         proc.poll()
@@ -159,6 +179,12 @@ SWEEPS = {
 }
 
 
+def _used(plan: list[Block], block: Block) -> bool:
+    """An unmarked block follows `block` in the plan (it uses the servers `block` starts)."""
+    after = plan[plan.index(block) + 1 :]
+    return bool(after) and after[0].mark is None
+
+
 def _check(command: str, result: subprocess.CompletedProcess, work: Path, servers: Servers):
     """What a command stands for, beyond exiting 0."""
     out = result.stdout + result.stderr
@@ -173,6 +199,7 @@ def _check(command: str, result: subprocess.CompletedProcess, work: Path, server
         assert len(served) == 2 and all(n > 0 for n in served.values()), served
     if command.startswith("rewardprof fleet status"):  # both replicas were up for the sweep
         assert "2 of 2 replicas published" in out, out[-2000:]
+        _one_replica_gives_the_fleets_rollouts(work)
     if command.startswith("rewardprof fleet stop"):
         assert read_endpoints(work / "results/fleet-demo/fleet/endpoints.json") == []
     if command.startswith("rewardprof check"):
@@ -182,7 +209,29 @@ def _check(command: str, result: subprocess.CompletedProcess, work: Path, server
         assert any((work / "docs/sizing").iterdir())
 
 
-# a model conversion, three sweeps and five engine starts (~55 s each on idle cores)
+def _one_replica_gives_the_fleets_rollouts(work: Path) -> None:
+    """The fleet sweep's shard 0 sampled again on the fleet's first replica alone: the same
+    rollouts, seeded, as the sweep's balanced over both (which each answered requests)."""
+    run = RunLayout(work / "results" / SWEEPS["config/examples/fleet.yaml"])
+    urls = read_endpoints(FleetLayout(run).endpoints)
+    served = {url: _requests_served(int(url.rsplit(":", 1)[1].split("/")[0])) for url in urls}
+    assert len(served) == 2 and all(n > 0 for n in served.values()), served
+    data = yaml.safe_load((work / "config/examples/fleet.yaml").read_text())
+    engine = {k: v for k, v in data["engine"].items() if k != "endpoints_file"}
+    cfg = validate_config(data | {"engine": engine | {"base_url": urls[0]}})
+    tasks, alone = run.shard_tasks(0, int(data["num_shards"])), work / "one-replica.parquet"
+    job = ShardJob(cfg, tasks, work / "one-replica-journal", alone, "s0of1")
+    run_shard(job, EngineOpener(cfg.model_name, lambda: engine_session(cfg)))
+    cols = ["task_index", "rollout_index", "seed", "completion", "reward", "completion_tokens"]
+    one = pd.read_parquet(alone)[cols].sort_values(cols[:2]).reset_index(drop=True)
+    swept = pd.read_parquet(run.rollouts)[cols]
+    swept = swept[swept["task_index"].isin(one["task_index"])]
+    assert len(one) >= 4 and (pd.read_parquet(alone)["status"] == "ok").all()
+    assert swept.sort_values(cols[:2]).reset_index(drop=True).equals(one)
+
+
+# a model conversion, three sweeps and five engine starts (~55 s each on idle cores; the
+# single server of endpoint mode is the loop's command for port 8000, not started again)
 @pytest.mark.timeout(5400)
 def test_engine_blocks_run_verbatim(tmp_path):
     require_engine()
@@ -201,6 +250,8 @@ def test_engine_blocks_run_verbatim(tmp_path):
             for command in block.commands():
                 where = f"{block.where}: {command}"
                 if _is_server(command):
+                    if set(_one_server_each(command)) <= servers.served and not _used(plan, block):
+                        continue  # this very command served above; no block here uses it
                     servers.start(command, work, env)
                     continue
                 result = run_documented(command, work, env, timeout=3600)

@@ -1,9 +1,10 @@
 """L2: the rollout client and serve mode against the real engine (vLLM CPU + SmolLM2-135M).
 
-One server serves every test of this module (a start costs ~55 s on 2 idle cores); the
-lifecycle tests through a real rollout job are in test_real_lifecycle.py. On a laptop without
-the engine these skip; under CI=true they fail. Install the engine with
-`scripts/install-engine.sh .venv-engine`.
+One server serves every test of this module (a start costs ~55 s on 2 idle cores), started by
+serve mode with its tool-calling flags (engine.tool_call_parser: the episodes below need them;
+the completions are the same requests with or without them); the lifecycle tests through a
+real rollout job are in test_real_lifecycle.py. On a laptop without the engine these skip;
+under CI=true they fail. Install the engine with `scripts/install-engine.sh .venv-engine`.
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ from engine_helpers import (
     models_dir,
     new_mark,
 )
+from harness.nemo_gym_rows import DATA
 
+from rewardprof.core.kinds import FailureKind
 from rewardprof.engine import server as engine_server
 from rewardprof.engine.server import serve
 from rewardprof.engine.session import Endpoint
 from rewardprof.manifest.load import validate_config
+from rewardprof.stages import MaterializePaths, ShardPaths, materialize, shard
 from rewardprof.stages.rollout.shard_job import EngineOpener, ShardJob, run_shard
 from rewardprof.store.seeds import task_seed
+from rewardprof.store.shards import ShardPosition
 from rewardprof.testing.fake_server import FakeOpenAI
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -50,6 +55,7 @@ def vllm(models_dir, tmp_path_factory):
             models_dir=str(models_dir),
             serve_env={name: value},
             startup_timeout_s=600,
+            tool_call_parser="hermes",
         )
     )
     with FakeOpenAI(model=MODEL) as foreign, pytest.MonkeyPatch.context() as mp:
@@ -149,3 +155,44 @@ def test_rollouts_grouped_sampling_usage_truncation_and_seeds(vllm, tmp_path):
     assert single["completion_tokens"].tolist() == grouped["completion_tokens"].tolist()
     assert (single["completion_tokens_source"] == "engine").all()
     assert single["finish_reason"].tolist() == grouped["finish_reason"].tolist()
+
+
+def test_counter_episodes_end_to_end(vllm, models_dir, tmp_path):  # noqa: F811
+    """Episodes on the real engine: NeMo Gym's counter environment, every episode journaled once,
+    scored or failed with a kind. The small model was not trained for tools and left to itself
+    answers in text, so the entry asks for tool_choice 'required' (vLLM then constrains each
+    turn to a call): every turn calls, the counter's outputs go back to vLLM as tool messages,
+    and each episode runs to max_steps."""
+    source = tmp_path / "c.jsonl"
+    source.write_text((DATA / "example_session_state_mgmt" / "example.jsonl").read_text())
+    entry = {"label": "counter", "environment": "example_session_state_mgmt"}
+    entry |= {"source": str(source), "num_repeats": 2}
+    entry["options"] = {"max_steps": 3, "tool_choice": "required"}
+    engine = {"model": f"builtin:{MODEL}", "models_dir": str(models_dir)}
+    data = base_config(**engine, tool_call_parser="hermes") | {"entries": [entry]}
+    data["sampling"] = {"max_tokens": 256, "temperature": 1.0, "seed": 3}
+    cfg = validate_config(data)
+    tasks = tmp_path / "tasks.parquet"
+    materialize.run(cfg, MaterializePaths(tasks=tasks, report=tmp_path / "report.json"))
+    shard_file = tmp_path / "shard.parquet"
+    shard.run(None, ShardPaths(tasks=tasks, out=shard_file, shard=ShardPosition(0, 1)))
+    out = tmp_path / "out.parquet"
+    job = ShardJob(cfg, shard_file, tmp_path / "journal", out, "0-of-1")
+    run_shard(job, EngineOpener.running(vllm.endpoint))
+    recs = pd.read_parquet(out)
+    assert len(recs) == 10 and not recs[["task_index", "rollout_index"]].duplicated().any()
+    # vLLM took every turn (tools offered, tool messages sent back): no refused request
+    assert set(recs["status"]) <= {"ok", *FailureKind}
+    assert not (recs["status"] == FailureKind.REQUEST_ERROR).any(), recs["error"].tolist()
+    ok = recs[recs["status"] == "ok"]
+    assert len(ok) >= 8, recs[["status", "error"]].to_string()
+    for rec in ok.itertuples():
+        extras = json.loads(rec.extras)
+        episode, trajectory = extras["episode"], extras["trajectory"]
+        assert (episode["stop_reason"], episode["steps"]) == ("max_steps", 3), trajectory
+        assert episode["tool_calls"] >= 3, episode  # a call every turn
+        assert rec.reward in (0.0, 1.0) and rec.completion_tokens > 0
+        tool_messages = [m for m in trajectory if m["role"] == "tool"]
+        assert len(tool_messages) == episode["tool_calls"]
+    calls = sum(json.loads(e)["episode"]["tool_calls"] for e in ok["extras"])
+    print(f"\n{len(ok)} episodes ok, {calls} tool calls, rewards {ok['reward'].tolist()}")

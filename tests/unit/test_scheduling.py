@@ -12,7 +12,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_tests_of_one_piece_share_a_unit_and_others_are_their_file():
-    assert unit_of("tests/engine/test_real_fleet.py::test_x") == "vllm"
+    assert unit_of("tests/engine/test_real_engine.py::test_x") == "vllm"
     assert unit_of("tests/engine/test_real_lifecycle.py::test_y[a-b]") == "vllm"
     assert unit_of("tests/slurm/test_slurm_run.py::test_z") == "slurm"
     assert unit_of("tests/engine/test_fleet_fake.py::test_x") == "engine/test_fleet_fake.py"
