@@ -208,16 +208,9 @@ class Environment(Generic[OptionsT]):
     def __init__(self, options: dict[str, Any] | EnvironmentOptions | None = None):
         self.options = self.Options.model_validate({} if options is None else options)
 
-    def preload(self) -> None:
-        """Import heavy libraries now: the rollout job calls it in its own process before its
-        verification workers fork, so they inherit the modules instead of each importing them
-        (math-verify ~0.5 s of CPU per worker, if-verifiable ~3 s)."""
-
     def warm(self) -> None:
-        """What each verification worker does as the job starts, while the first requests are
-        in flight (after the fork: per-process set-up); by default the imports, which a worker
-        forked after `preload` already has."""
-        self.preload()
+        """Import heavy libraries now: the rollout job calls it in each verification worker
+        while the first requests are in flight, so no verification pays for the import."""
 
     def check_row(self, row: dict[str, Any]) -> None:
         """Raise RowError if the row lacks what verification needs (called at materialize)."""

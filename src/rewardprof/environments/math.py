@@ -91,8 +91,8 @@ class MathEnvironment(Environment[MathOptions]):
 
             self._judge = JudgeClient(self.options.judge)  # its session is made on first use
 
-    def preload(self) -> None:
-        """Import math-verify now, before the verification pool forks."""
+    def warm(self) -> None:
+        """Import math-verify now, e.g. before a fork-based pool starts."""
         import math_verify  # noqa: F401  # lazy: math-verify imports SymPy (~1 s)
 
     def plain_prompt(self, row: dict[str, Any]) -> str:

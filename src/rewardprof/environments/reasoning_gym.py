@@ -83,8 +83,8 @@ class ReasoningGymEnvironment(Environment[ReasoningGymOptions]):
     prompt_keys = ("question",)
     few_shot_example = FEW_SHOT
 
-    def preload(self) -> None:
-        """Import reasoning-gym now, before the verification pool forks (saves ~3 s/worker)."""
+    def warm(self) -> None:
+        """Import reasoning-gym now, e.g. before a fork-based pool starts (saves ~3 s/worker)."""
         registered_tasks()
 
     def check_row(self, row: dict[str, Any]) -> None:

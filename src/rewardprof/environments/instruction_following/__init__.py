@@ -97,8 +97,8 @@ class InstructionFollowingEnvironment(Environment[InstructionFollowingOptions]):
     # if-verifiable brings nltk and langdetect; each is imported by name, so each is checked
     requires = ("if_verifiable", "nltk", "langdetect")
 
-    def preload(self) -> None:
-        """Import if-verifiable now, before the verification pool forks (~3 s per worker)."""
+    def warm(self) -> None:
+        """Import if-verifiable now, e.g. before a fork-based pool starts (~3 s per worker)."""
         checks.registries()
 
     def _check_known(self, ids: list[str]) -> None:

@@ -174,12 +174,9 @@ class NsToolsEnvironment(ActingEnvironment[NsToolsOptions]):
                 f"verifier_type {verifier!r}: ns_tools here verifies with math_with_judge only"
             )
 
-    def preload(self) -> None:
-        self._math.preload()
-
     def warm(self) -> None:
         choose_mechanism(self._limits())  # bubblewrap's probe, once per worker
-        self.preload()
+        self._math.warm()
 
     def _limits(self) -> Limits:
         o = self.options

@@ -37,7 +37,7 @@ from rewardprof.stages.rollout.request_bodies import RequestBuilder
 from rewardprof.stages.rollout.sampling import SamplingTools, UnitSampler
 from rewardprof.stages.rollout.sampling_loop import SamplingLoop
 from rewardprof.stages.rollout.shard_tasks import TaskText, Unit
-from rewardprof.stages.rollout.verifying import make_pool, preload, warm_worker
+from rewardprof.stages.rollout.verifying import make_pool, warm_worker
 from rewardprof.stages.rollout.work import FixedWork, RoundsWork
 from rewardprof.store.journal import JournalWriter
 from rewardprof.store.seeds import gen_key
@@ -99,7 +99,6 @@ class ShardRun:
         writer = JournalWriter(
             self.journal_dir, self.writer_id, r.segment_interval_s, r.segment_max_records
         )
-        self._preload()
         pool = make_pool(r.verify_workers)
         self._warm_pool(pool, r.verify_workers)
         link = EngineLink(self.cfg, endpoint)
@@ -153,16 +152,10 @@ class ShardRun:
         kinds = tally.failures
         progress.update(len(unit.indices), kinds.total(), tally.tokens, kinds, detail)
 
-    def _preload(self) -> None:
-        """The environments' heavy imports, here before the pool forks its workers: one import
-        per job instead of one per worker (they inherit the modules)."""
-        for env in {env.name: env for env in self.envs.values()}.values():
-            preload(env)
-
     def _warm_pool(self, pool, workers: int) -> None:
-        """Each worker's set-up (Environment.warm: the sandbox's binding to the job, its
-        bubblewrap probe; imports a worker forked after _preload already has) now, in the
-        background, while the first requests are in flight. Not awaited; failures ignored."""
+        """Import each environment's verifier library in the workers now, in the background,
+        while the first requests are in flight: otherwise the first verifications pay it
+        (math-verify ~1-2 s, if-verifiable ~3 s per worker). Not awaited; failures ignored."""
         kinds = {
             (name, json.dumps(options, sort_keys=True, default=str))
             for name, options in self._env_specs.values()

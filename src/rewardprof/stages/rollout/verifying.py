@@ -10,12 +10,6 @@ from rewardprof.core.kinds import OK, FailureKind
 from rewardprof.environments import Environment, Verdict, VerifyContext, make_environment
 
 
-def preload(env: Environment) -> None:
-    # as warming: an optimisation, verification itself reports any real problem
-    with contextlib.suppress(Exception):
-        env.preload()
-
-
 def warm_worker(name: str, options_json: str) -> None:
     # warming is an optimisation: verification itself reports any real problem
     with contextlib.suppress(Exception):
