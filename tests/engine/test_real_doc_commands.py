@@ -27,6 +27,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pandas as pd
 import pytest
@@ -179,6 +180,12 @@ SWEEPS = {
 }
 
 
+def _each_answered(ports: list[int]) -> None:
+    """Both servers of a two-replica sweep answered requests (vLLM's own counters)."""
+    served = {p: _requests_served(p) for p in ports}
+    assert len(served) == 2 and all(n > 0 for n in served.values()), served
+
+
 def _used(plan: list[Block], block: Block) -> bool:
     """An unmarked block follows `block` in the plan (it uses the servers `block` starts)."""
     after = plan[plan.index(block) + 1 :]
@@ -195,8 +202,7 @@ def _check(command: str, result: subprocess.CompletedProcess, work: Path, server
             rollouts = pd.read_parquet(work / "results" / run / "rollouts.parquet")
             assert len(rollouts) and rollouts["status"].eq("ok").mean() >= 0.95, out[-3000:]
     if command.startswith("snakemake") and "replicas.yaml" in command:
-        served = {p: _requests_served(p) for p in servers.ports}
-        assert len(served) == 2 and all(n > 0 for n in served.values()), served
+        _each_answered(servers.ports)
     if command.startswith("rewardprof fleet status"):  # both replicas were up for the sweep
         assert "2 of 2 replicas published" in out, out[-2000:]
         _one_replica_gives_the_fleets_rollouts(work)
@@ -214,8 +220,7 @@ def _one_replica_gives_the_fleets_rollouts(work: Path) -> None:
     rollouts, seeded, as the sweep's balanced over both (which each answered requests)."""
     run = RunLayout(work / "results" / SWEEPS["config/examples/fleet.yaml"])
     urls = read_endpoints(FleetLayout(run).endpoints)
-    served = {url: _requests_served(int(url.rsplit(":", 1)[1].split("/")[0])) for url in urls}
-    assert len(served) == 2 and all(n > 0 for n in served.values()), served
+    _each_answered([urlsplit(url).port for url in urls])
     data = yaml.safe_load((work / "config/examples/fleet.yaml").read_text())
     engine = {k: v for k, v in data["engine"].items() if k != "endpoints_file"}
     cfg = validate_config(data | {"engine": engine | {"base_url": urls[0]}})
@@ -223,10 +228,11 @@ def _one_replica_gives_the_fleets_rollouts(work: Path) -> None:
     job = ShardJob(cfg, tasks, work / "one-replica-journal", alone, "s0of1")
     run_shard(job, EngineOpener(cfg.model_name, lambda: engine_session(cfg)))
     cols = ["task_index", "rollout_index", "seed", "completion", "reward", "completion_tokens"]
-    one = pd.read_parquet(alone)[cols].sort_values(cols[:2]).reset_index(drop=True)
+    sampled = pd.read_parquet(alone)
+    assert len(sampled) >= 4 and (sampled["status"] == "ok").all()
+    one = sampled[cols].sort_values(cols[:2]).reset_index(drop=True)
     swept = pd.read_parquet(run.rollouts)[cols]
     swept = swept[swept["task_index"].isin(one["task_index"])]
-    assert len(one) >= 4 and (pd.read_parquet(alone)["status"] == "ok").all()
     assert swept.sort_values(cols[:2]).reset_index(drop=True).equals(one)
 
 
