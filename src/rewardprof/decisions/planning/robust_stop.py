@@ -50,15 +50,7 @@ def point_flip(
 
 
 def robust_bayes_stop(
-    ex,
-    prior: LabelPrior,
-    n,
-    c,
-    k: int,
-    group_size: int,
-    delta: float,
-    label: str = "",
-    post_fn=None,
+    ex, prior: LabelPrior, n, c, k: int, group_size: int, delta: float, label="", post_fn=None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(stop, keep, worst p_flip) per task (arrays n, c), once per distinct (n, c)."""
     n = np.asarray(n, dtype=np.int64)
