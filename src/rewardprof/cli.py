@@ -19,15 +19,11 @@ import os
 import socket
 import sys
 import traceback
-import typing
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rewardprof.core import attempt_log, redaction
-from rewardprof.core.config import Config, ConfigError, json_schema
-from rewardprof.core.errors import RewardprofError
-from rewardprof.manifest.load import validate_config
-from rewardprof.manifest.run_config import load_stage_config
+from rewardprof.core.errors import ConfigError, RewardprofError
 from rewardprof.stages import (
     AuditPaths,
     ExportPaths,
@@ -41,8 +37,12 @@ from rewardprof.stages import (
     SavingsPaths,
     ShardPaths,
     add_path_arguments,
+    paths_class_of,
     paths_from,
 )
+
+if TYPE_CHECKING:
+    from rewardprof.core.config import Config
 
 # commands whose rule appends to the log instead of rewriting it (rules/rollout.smk, adaptive.smk)
 ATTEMPTS_APPENDED = ("rollout", "adaptive-first-round")
@@ -78,6 +78,10 @@ def _tool(module: str) -> tuple[Callable, Callable]:
 def _config(args: argparse.Namespace) -> Config:
     """The stage's config, with URL passwords the rule masked put back (from the environment
     Snakemake passes on); every secret it names is then masked in what this process logs."""
+    # the config models cost a stage that reads no config (shard, merge, report) ~0.1 s
+    from rewardprof.manifest.load import validate_config  # lazy: only stages with a config
+    from rewardprof.manifest.run_config import load_stage_config  # lazy: as validate_config
+
     if args.config_json:
         data = json.loads(args.config_json)
         cfg = validate_config(redaction.unmask_urls(data, "--config-json"), origin="--config-json")
@@ -100,8 +104,8 @@ def _run_stage(name: str, args: argparse.Namespace, with_config: bool = True) ->
     """Run stage `name` (rewardprof.stages.<name>) on the command's config and paths. The stage
     module is imported here, so a command loads only its own stage."""
     stage = importlib.import_module(f"rewardprof.stages.{name}")
-    paths_class = typing.get_type_hints(stage.run)["paths"]
-    return stage.run(_config(args) if with_config else None, paths_from(paths_class, args))
+    paths = paths_from(paths_class_of(stage.run), args)
+    return stage.run(_config(args) if with_config else None, paths)
 
 
 def _stage_args(paths_class: type, with_config: bool = True) -> Callable:
@@ -127,6 +131,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         print(render_markdown(), end="")
         return 0
+    from rewardprof.core.config import json_schema  # lazy: as in _config
+
     print(json.dumps(json_schema(), indent=2))
     return 0
 

@@ -6,7 +6,6 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
-import typing
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 import rewardprof
 from rewardprof import cli
 from rewardprof.core.errors import RewardprofError
+from rewardprof.stages import paths_class_of
 
 STAGES = [
     "materialize",
@@ -67,7 +67,7 @@ def test_each_stage_has_one_entry_point_run_cfg_paths(name):
     stage = importlib.import_module(f"rewardprof.stages.{name}")
     assert list(inspect.signature(stage.run).parameters) == ["cfg", "paths"]
     # its own paths class: a frozen dataclass of typed fields, each with its help
-    paths = typing.get_type_hints(stage.run)["paths"]
+    paths = paths_class_of(stage.run)
     assert dataclasses.is_dataclass(paths) and paths.__dataclass_params__.frozen
     assert paths.__module__ == "rewardprof.stages" and paths.__name__.endswith("Paths")
     assert all(f.metadata.get("help") for f in dataclasses.fields(paths))
@@ -185,7 +185,7 @@ def test_each_stage_command_takes_its_paths_from_the_layout_back(name):
     from rewardprof.store.shards import ShardPosition
 
     stage = importlib.import_module(f"rewardprof.stages.{name}")
-    paths_class = typing.get_type_hints(stage.run)["paths"]
+    paths_class = paths_class_of(stage.run)
     layout = RunLayout("results/r", 2)
     wants = inspect.signature(paths_class.from_layout).parameters
     extra = {"shard": ShardPosition(1, 2)} if "shard" in wants else {}

@@ -21,6 +21,8 @@ from pydantic import (
     PositiveInt,
 )
 
+from rewardprof.core.redaction import EXPANDED_URL_VARIABLES, URL_VARIABLE
+
 
 class StrictModel(BaseModel):
     """Unknown keys are errors (reported with the nearest valid key); defaults are validated.
@@ -65,16 +67,6 @@ def _one_line(value: str) -> str:
 # A value that reaches a generated script or a command line (sbatch lines, vLLM's arguments and
 # environment): one line of printable text, so no value can add a line of its own
 OneLine = Annotated[str, AfterValidator(_one_line)]
-
-
-# `${NAME}` in a URL: that environment variable's value (see HttpUrl)
-URL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-# Every `${NAME}` this process expanded in a URL: {the value as the URL holds it: NAME}. Each
-# value is a secret wherever it appears (core/redaction.py masks it and writes `${NAME}` back in
-# place of it in the run's config files), whichever part of the URL it stood in.
-EXPANDED_URL_VARIABLES: dict[str, str] = {}
 
 
 def _http_url(value: str) -> str:

@@ -13,9 +13,9 @@ line (`RedactingFilter`, installed by cli.py), the error lines cli.py prints, th
 jobs' status files (stages/rollout/heartbeat.py) and `rewardprof status`.
 
 Every value expanded from `${NAME}` in a URL is a secret wherever it stood (core/config_types.py
-records each expansion): `config_secrets` includes them, and credentials read from elsewhere (an
-endpoints file) join with `install_url_secrets`. A user name alone (`https://TOKEN@host/v1`) is
-a credential too.
+records each expansion in EXPANDED_URL_VARIABLES, below): `config_secrets` includes them, and
+credentials read from elsewhere (an endpoints file) join with `install_url_secrets`. A user
+name alone (`https://TOKEN@host/v1`) is a credential too.
 
 Secrets must not reach Snakemake at all (a rule's params end up in its printed command and in
 .snakemake/metadata): `masked_urls` gives the config a rule passes on, each URL written back as
@@ -35,8 +35,16 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from rewardprof.core.config_types import EXPANDED_URL_VARIABLES, URL_VARIABLE
 from rewardprof.core.errors import ConfigError
+
+# `${NAME}` in a URL: that environment variable's value (core/config_types.py's HttpUrl)
+URL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+# Every `${NAME}` this process expanded in a URL: {the value as the URL holds it: NAME}. Each
+# value is a secret wherever it appears (masked here, and written back as `${NAME}` in place of
+# it in the run's config files), whichever part of the URL it stood in. Here rather than beside
+# HttpUrl: every rewardprof command installs the redaction, and only some need the config models.
+EXPANDED_URL_VARIABLES: dict[str, str] = {}
 
 MASK = "[REDACTED]"
 # Carries {masked URL: real URL} from the Snakemake process to the jobs it starts (they inherit

@@ -255,6 +255,14 @@ def add_path_arguments(p: argparse.ArgumentParser, paths_class: type) -> None:
             p.add_argument(flag, required=required, default=None, help=meta["help"])
 
 
+def paths_class_of(run: Any) -> type:
+    """The paths class a stage's `run` takes: its `paths` annotation, resolved in the stage's
+    module. Only that one: a stage that reads no config names `Config` for type checkers alone
+    (importing the config models would cost its every job ~0.1 s)."""
+    hint = run.__annotations__["paths"]
+    return run.__globals__[hint] if isinstance(hint, str) else hint
+
+
 def paths_from(paths_class: type, args: argparse.Namespace) -> Any:
     """The paths class built from a stage command's arguments (named as its fields): each value
     converted to its field's type (a tuple of Paths for a positional field)."""

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -22,13 +22,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path, write_json_atomic
-from rewardprof.core.config import Config
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import OK
 from rewardprof.stages import MergePaths
 from rewardprof.store.journal import scan_journal
 from rewardprof.store.plans import read_plans
 from rewardprof.store.shards import shard_of
+
+if TYPE_CHECKING:
+    from rewardprof.core.config import Config
 
 
 class MergeError(RewardprofError, RuntimeError):

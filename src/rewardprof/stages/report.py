@@ -16,17 +16,19 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
-from rewardprof.core.config import Config
 from rewardprof.core.extras import require
 from rewardprof.stages import ReportPaths
 from rewardprof.stages.run_summary import front_page
 from rewardprof.store.layout import REPORT_FILES
+
+if TYPE_CHECKING:
+    from rewardprof.core.config import Config
 
 _LABEL_COLUMNS = [
     "label",

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import atomic_path
-from rewardprof.core.config import Config
 from rewardprof.stages import ShardPaths
 from rewardprof.store.schemas import TASKS_SCHEMA
 from rewardprof.store.shards import shard_mask
+
+if TYPE_CHECKING:
+    from rewardprof.core.config import Config
 
 
 class ShardReport(TypedDict):

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import pandas as pd
 import pyarrow.parquet as pq
 
 from rewardprof.core.atomic import write_json_atomic
-from rewardprof.core.config import Config
 from rewardprof.stages import SavingsPaths
 from rewardprof.store.plans import planned_per_task, read_plans
+
+if TYPE_CHECKING:
+    from rewardprof.core.config import Config
 
 
 class LabelSavings(TypedDict):
