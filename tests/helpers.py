@@ -70,13 +70,19 @@ WITHOUT_EXPORT = ("--omit-from", "export")  # the report reads the export: neith
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
-    """Run the real Snakefile in `workdir` (CLI, like a user); returns CompletedProcess."""
+    """Run the real Snakefile in `workdir` (its CLI, like a user); returns CompletedProcess. The
+    process is forked from a server that imported Snakemake once (harness/preloaded.py), unless
+    `env` sets a PYTHON* variable: read when an interpreter starts, it needs a new one."""
     import subprocess
 
+    from harness.preloaded import run_snakemake
+
     cmd, full_env = _snakemake_call(workdir, args, env)
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
-    )
+    if any(name.startswith("PYTHON") for name in env or {}):
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
+        )
+    return run_snakemake(cmd[3:], workdir, full_env, timeout)
 
 
 def popen_snakemake(workdir: Path, *args: str, env: dict | None = None):

@@ -58,6 +58,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from harness import preloaded
 from harness import shardkit as kit
 from rewardprof.manifest.load import validate_config
 from rewardprof.stages.rollout.shard_tasks import request_units
@@ -75,7 +76,6 @@ SELF_KILL_POINTS = [
 KILL_POINTS = ["random", *SELF_KILL_POINTS]
 # kill points inside generation: an attempt with nothing left to generate never reaches them
 GENERATION_POINTS = ["random", "torn_line", "segment_pre_rename", "segment_post_rename"]
-PRELOAD = ["rewardprof.stages.rollout.runner", "harness.warm_math", "harness.kill_harness"]
 
 
 # --- the attempt (child side) --------------------------------------------------------------
@@ -179,9 +179,7 @@ class Trial:
 
 
 def _context():
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    return preloaded.context()  # its preload includes this module and harness.warm_math
 
 
 def _journal_ok(journal: Path) -> pd.DataFrame:
