@@ -27,15 +27,23 @@ pytestmark = pytest.mark.slurm
 
 JOB = """#!{python}
 #SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --mem=500 --time=10
-import json, sys, time, urllib.request
+import json, socket, sys, time, urllib.request
 from pathlib import Path
 import yaml
 from rewardprof.manifest.load import validate_config
-from rewardprof.engine.multinode import serve_nodes
+from rewardprof.engine.multinode import ports_on, serve_nodes
 
 out = Path(sys.argv[1])
 cfg = validate_config(yaml.safe_load((out / "config.yaml").read_text()))
-with serve_nodes(cfg, out / "engine.log") as server:
+held = socket.socket()  # "taken": the first API port handed out is one this job listens on
+held.bind(("0.0.0.0", 0))
+held.listen()
+handed = []
+def ports(node):
+    api, master = ports_on(node)
+    handed.append(api)
+    return (held.getsockname()[1] if sys.argv[2] == "taken" and len(handed) == 1 else api), master
+with serve_nodes(cfg, out / "engine.log", ports=ports) as server:
     (out / "token").write_text(server.token)
     body = {{"model": "sim-model", "n": 2, "seed": 1, "max_tokens": 50,
              "messages": [{{"role": "user", "content": "What is 2 + 3?"}}]}}
@@ -66,7 +74,7 @@ def two_nodes():
     )
 
 
-def _submit(tmp_path: Path, hold: bool) -> tuple[str, Path]:
+def _submit(tmp_path: Path, hold: bool, mode: str = "") -> tuple[str, Path]:
     python = write_standin_python(tmp_path / "standin")
     cfg = {
         "run": "multinode",
@@ -88,7 +96,7 @@ def _submit(tmp_path: Path, hold: bool) -> tuple[str, Path]:
     cmd = ["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), "-D", str(tmp_path)]
     if not hold:
         cmd.append("--wait")
-    cmd += [str(script), str(tmp_path), "hold" if hold else "exit"]
+    cmd += [str(script), str(tmp_path), mode or ("hold" if hold else "exit")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stderr, _read(tmp_path / "job.out"))
     return proc.stdout.strip().split(";")[0], tmp_path
@@ -128,6 +136,19 @@ def test_a_two_node_replica_serves_and_its_job_leaves_no_process(tmp_path):
     assert processes_with_env(f"{TOKEN_ENV}={token}") == []
     out = _read(work / "job.out")
     assert "Traceback" not in out, out
+
+
+def test_a_port_taken_on_the_head_before_its_step_binds_it_gets_new_ports(tmp_path):
+    """The race of a port found free and bound later, made to land: the job listens on the
+    first API port it hands out. The head's step cannot bind it, the launch is stopped and made
+    again on new ports, and the replica serves."""
+    job, work = _submit(tmp_path, hold=False, mode="taken")
+    token = _check_served(work)
+    log = _read(work / "engine.log")
+    assert "address already in use" in log.lower(), log
+    assert log.count("(master) free on its head") == 2, log
+    assert "new ports (1/3)" in _read(work / "job.out")
+    assert processes_with_env(f"{TOKEN_ENV}={token}") == []
 
 
 def test_cancelling_the_job_mid_serve_leaves_no_process(tmp_path):

@@ -47,6 +47,7 @@ from rewardprof.engine.model import engine_python, resolve_model
 from rewardprof.engine.server import (
     COMMON_ARGS,
     COMMON_ENV,
+    PORT_ATTEMPTS,
     RESERVED_ARGS,
     TOKEN_ENV,
     EngineError,
@@ -207,11 +208,40 @@ class MultiNodeServer:
         self.procs: list[subprocess.Popen] = []
         self.identity = ""
 
-    def start(self, python: str, model: str, nodes: list[str], address=slurm_node_address):
-        self.replicas = plan(self.cfg, python, model, self.token, nodes, address)
+    def start(
+        self, python: str, model: str, nodes: list[str], address=slurm_node_address, ports=ports_on
+    ):
+        """Every replica's steps, ready. A port chosen free on a head can be taken before its
+        step binds it (by any process there, an outgoing connection's local port included):
+        then the replicas are stopped and started again on new ports, as serve mode does."""
+        deadline = time.monotonic() + self.cfg.engine.startup_timeout_s
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.replicas = plan(self.cfg, python, model, self.token, nodes, address, ports)
+            since = self._launch()
+            try:
+                for rep in self.replicas:
+                    self._wait_ready(rep, deadline)
+            except EngineError:
+                taken = "address already in use" in self._log_since(since).lower()
+                if not taken or attempt == PORT_ATTEMPTS:
+                    raise
+                log.warning(
+                    "engine: a port was taken on a replica's head; new ports (%d/%d)",
+                    attempt,
+                    PORT_ATTEMPTS,
+                )
+                self.stop()
+                continue
+            log.info("engine: %d replica(s) ready: %s", len(self.replicas), self.base_urls)
+            return
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _launch(self) -> int:
+        """Start every replica's steps; the log's length before this launch wrote to it."""
         env = {**os.environ, **COMMON_ENV, **self.cfg.engine.serve_env, TOKEN_ENV: self.token}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as f:
+            since = f.tell()
             for rep in self.replicas:
                 f.write(
                     f"rewardprof: replica {rep.index}: ports {rep.port} (API) and "
@@ -225,10 +255,12 @@ class MultiNodeServer:
                         argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                         env=env, start_new_session=True, preexec_fn=die_with_parent,
                     ))  # fmt: skip
-        deadline = time.monotonic() + self.cfg.engine.startup_timeout_s
-        for rep in self.replicas:
-            self._wait_ready(rep, deadline)
-        log.info("engine: %d replica(s) ready: %s", len(self.replicas), self.base_urls)
+        return since
+
+    def _log_since(self, offset: int) -> str:
+        with self.log_path.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
 
     def step_name(self, step: NodeStep) -> str:
         return f"{self.token}-r{step.replica}-n{step.rank}"
@@ -291,8 +323,9 @@ class MultiNodeServer:
 
 
 @contextlib.contextmanager
-def serve_nodes(cfg: Config, log_path: str | Path) -> Iterator[MultiNodeServer]:
-    """The replicas of `cfg.engine` in this allocation, stopped on exit and on SIGTERM."""
+def serve_nodes(cfg: Config, log_path: str | Path, ports=ports_on) -> Iterator[MultiNodeServer]:
+    """The replicas of `cfg.engine` in this allocation, stopped on exit and on SIGTERM;
+    `ports(node)`: two free ports on a replica's head (ports_on; a test hands out a taken one)."""
     python = engine_python(cfg)
     info = probe_engine(python)
     model, model_id = resolve_model(cfg)
@@ -300,7 +333,7 @@ def serve_nodes(cfg: Config, log_path: str | Path) -> Iterator[MultiNodeServer]:
     server.identity = f"{info['dist']}-{info['version']}:{model_id}"
     with job_signals_raise():
         try:
-            server.start(python, model, allocation_nodes())
+            server.start(python, model, allocation_nodes(), ports=ports)
             yield server
         finally:
             server.stop()
