@@ -82,7 +82,7 @@ def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None 
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
         )
-    return run_snakemake(cmd[3:], workdir, full_env, timeout)
+    return run_snakemake(cmd, workdir, full_env, timeout)
 
 
 def popen_snakemake(workdir: Path, *args: str, env: dict | None = None):

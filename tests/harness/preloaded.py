@@ -65,16 +65,18 @@ def _snakemake_main(argv: list[str], cwd: str, env: dict, out: str, err: str) ->
 
 
 def run_snakemake(
-    argv: list[str], cwd: Path, env: dict, timeout: float
+    cmd: list[str], cwd: Path, env: dict, timeout: float
 ) -> subprocess.CompletedProcess:
-    """`python -m snakemake *argv` in `cwd`, as subprocess.run with capture_output and text:
-    killed (SIGKILL) and TimeoutExpired raised after `timeout` seconds."""
+    """`cmd` (`python -m snakemake ...`) run in `cwd` as subprocess.run with capture_output and
+    text would run it, its CLI forked from the server: killed (SIGKILL) and TimeoutExpired
+    raised after `timeout` seconds."""
+    assert cmd[1:3] == ["-m", "snakemake"], cmd
+    argv = cmd[3:]
     with tempfile.TemporaryDirectory(prefix="snakemake-run-") as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         proc = context().Process(target=_snakemake_main, args=(argv, str(cwd), env, out, err))
         proc.start()
         proc.join(timeout)
-        cmd = [sys.executable, "-m", "snakemake", *argv]
         if proc.exitcode is None:
             proc.kill()
             proc.join()
