@@ -139,3 +139,13 @@ def test_an_aborted_request_leaves_the_queue_or_its_slot_and_running_ones_count_
     assert (m.running, m.waiting) == (1, 0)  # r1 took a freed slot at once
     assert finish_times(m) == {("r1", 0): pytest.approx(0.5 + 100 * 0.01)}
     assert m.aborted_sequences == 3 and m.abort(2.0, "nobody") == 0
+
+
+def test_a_batch_emptied_by_an_abort_is_idle_from_then():
+    """The engine's last idle moment (where a fleet's window ends) when its last sequences are
+    aborted, not finished: a client that cancels what it sampled ahead."""
+    m = BatchModel(max_num_seqs=4, step_base_s=0.01, step_per_seq_s=0.001)
+    m.submit(0.0, [(("r0", 0), 100)])
+    assert m.last_idle_at is None
+    assert m.abort(0.5, "r0") == 1
+    assert m.running == 0 and m.last_idle_at == pytest.approx(0.5)

@@ -167,6 +167,8 @@ class BatchModel:
             heapq.heapify(self._running)
             self.aborted_sequences += dropped
             self._fill()
+            if not self._running:  # the batch emptied by the abort: idle from now
+                self.last_idle_at = self.now
         return dropped
 
     def next_event(self) -> float | None:
