@@ -79,11 +79,14 @@ def _config(args: argparse.Namespace) -> Config:
     """The stage's config, with URL passwords the rule masked put back (from the environment
     Snakemake passes on); every secret it names is then masked in what this process logs."""
     # the config models cost a stage that reads no config (shard, merge, report) ~0.1 s
-    from rewardprof.manifest.load import validate_config  # lazy: only stages with a config
+    from rewardprof.manifest.load import (  # lazy: only stages with a config
+        parse_config_json,
+        validate_config,
+    )
     from rewardprof.manifest.run_config import load_stage_config  # lazy: as validate_config
 
     if args.config_json:
-        data = json.loads(args.config_json)
+        data = parse_config_json(args.config_json)
         cfg = validate_config(redaction.unmask_urls(data, "--config-json"), origin="--config-json")
         redaction.refuse_written_passwords(data, origin="--config-json")
     elif args.config:

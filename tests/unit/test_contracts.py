@@ -12,6 +12,7 @@ import pytest
 
 import rewardprof
 from rewardprof import cli
+from rewardprof.core import redaction
 from rewardprof.core.errors import RewardprofError
 from rewardprof.stages import paths_class_of
 
@@ -93,6 +94,26 @@ def test_every_public_exception_derives_from_rewardprof_error():
     }
     assert len(public) >= 14  # ConfigError, SourceError, ..., RowError: the walk found them
     assert [name for name, cls in public.items() if not issubclass(cls, RewardprofError)] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("{bad", "--config-json: not JSON (Expecting property name enclosed in double quotes, "
+         "line 1 column 2); give one JSON object, or --config FILE"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "--config-json: nested deeper than 40 levels"),
+        # within what JSON reads, past the config's limit: refused before the URLs are walked
+        ('{"engine": {"extra_body": ' + '{"a":' * 200 + "1" + "}" * 202,
+         "--config-json: engine.extra_body: nested deeper than 40 levels"),
+    ],
+)  # fmt: skip
+def test_config_json_that_is_not_json_or_too_deep_is_one_line(capsys, monkeypatch, text, line):
+    walked = []
+    monkeypatch.setattr(redaction, "unmask_urls", lambda data, origin: walked.append(data))
+    assert cli.main(["validate", "--config-json", text]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rewardprof validate: error: {line}") and err.count("\n") == 1
+    assert walked == []
 
 
 def test_main_turns_a_rewardprof_error_into_one_line_and_its_exit_code(capsys, monkeypatch):

@@ -181,6 +181,26 @@ def load_config(path: str | Path) -> Config:
     return cfg
 
 
+def parse_config_json(text: str) -> Any:
+    """The config given as JSON text, checked against the config's depth and size limits
+    before anything walks it (the URLs' unmasking walks every value); a one-line ConfigError
+    for text that is not JSON or nests past what a reader can take."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:  # its message quotes no part of the text
+        raise ConfigError(
+            f"--config-json: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); "
+            "give one JSON object, or --config FILE"
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"--config-json: nested deeper than {MAX_CONFIG_DEPTH} levels (the config's limit)"
+        ) from None
+    if isinstance(data, dict) and (problem := config_problem(data)) is not None:
+        raise ConfigError(f"--config-json: {problem}")
+    return data
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML or JSON config file's mapping, not validated (an empty file is `{}`)."""
     p = Path(path)
