@@ -99,9 +99,10 @@ def test_every_public_exception_derives_from_rewardprof_error():
 @pytest.mark.parametrize(
     ("text", "line"),
     [
-        ("{bad", "--config-json: not JSON (Expecting property name enclosed in double quotes, "
-         "line 1 column 2); give one JSON object, or --config FILE"),
-        ('{"a":' * 5000 + "1" + "}" * 5000, "--config-json: nested deeper than 40 levels"),
+        ("{bad", "--config-json: not valid YAML/JSON: Expecting property name enclosed in "
+         "double quotes: line 1 column 2 (char 1)"),
+        ('{"a":' * 5000 + "1" + "}" * 5000,
+         "--config-json: nested too deep to read (at most 40 levels)"),
         # within what JSON reads, past the config's limit: refused before the URLs are walked
         ('{"engine": {"extra_body": ' + '{"a":' * 200 + "1" + "}" * 202,
          "--config-json: engine.extra_body: nested deeper than 40 levels"),

@@ -182,23 +182,9 @@ def load_config(path: str | Path) -> Config:
 
 
 def parse_config_json(text: str) -> Any:
-    """The config given as JSON text, checked against the config's depth and size limits
-    before anything walks it (the URLs' unmasking walks every value); a one-line ConfigError
-    for text that is not JSON or nests past what a reader can take."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:  # its message quotes no part of the text
-        raise ConfigError(
-            f"--config-json: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); "
-            "give one JSON object, or --config FILE"
-        ) from None
-    except RecursionError:
-        raise ConfigError(
-            f"--config-json: nested deeper than {MAX_CONFIG_DEPTH} levels (the config's limit)"
-        ) from None
-    if isinstance(data, dict) and (problem := config_problem(data)) is not None:
-        raise ConfigError(f"--config-json: {problem}")
-    return data
+    """The config given as JSON text (`--config-json`), read as a config file's is: one-line
+    errors, and the limits checked before anything walks it (the URLs' unmasking does)."""
+    return _within_limits(parse_config_text(text, "--config-json", json_text=True), "--config-json")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -211,9 +197,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a text file (a YAML or JSON config expected)") from None
     data = parse_config_text(text, str(p), json_text=p.suffix == ".json") or {}
-    # here, before any caller walks it (an overlay's password check walked an anchor bomb whole)
+    return _within_limits(data, str(p))
+
+
+def _within_limits(data: Any, origin: str) -> Any:
+    """`data` as read, or ConfigError where it is too deep or too big: checked here, before
+    any caller walks it (an overlay's password check walked an anchor bomb whole)."""
     if isinstance(data, dict) and (problem := config_problem(data)) is not None:
-        raise ConfigError(f"{p}: {problem}")
+        raise ConfigError(f"{origin}: {problem}")
     return data
 
 
