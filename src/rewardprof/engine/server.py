@@ -80,6 +80,8 @@ COMMON_ENV = {
 RESERVED_ARGS = ("--host", "--port", "--model", "--served-model-name")
 TAIL_LINES = 40
 PORT_ATTEMPTS = 3
+PORT_TAKEN = "address already in use"  # in a server's log: its port was taken before it bound it
+
 
 _PROBE = """
 import importlib.metadata as m, importlib.util as u, json
@@ -261,7 +263,7 @@ class VLLMServer:
             rc = self.proc.poll()
             if rc is not None:
                 tail = self.tail()
-                if "address already in use" in tail.lower():
+                if PORT_TAKEN in tail.lower():
                     raise _PortTaken()
                 raise EngineError(
                     f"vLLM server exited with code {rc} while starting "
