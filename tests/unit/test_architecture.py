@@ -335,17 +335,20 @@ def _defines_run(tree: ast.Module) -> ast.FunctionDef | None:
 
 
 def _paths_classes(tree: ast.Module) -> set[str]:
-    """The frozen dataclasses named `*Paths` that `tree` (stages/__init__.py) defines."""
-    return {
-        n.name
-        for n in tree.body
-        if isinstance(n, ast.ClassDef)
-        and n.name.endswith("Paths")
-        and any(
+    """The frozen dataclasses named `*Paths` that `tree` (stages/__init__.py) defines: frozen
+    by their decorator, or by deriving from `FromLayout` (whose subclasses are made frozen
+    dataclasses when they are defined), directly or through another such class."""
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    frozen = {"FromLayout"}
+    for n in classes:  # in definition order: a base is defined before what derives from it
+        bases = {ast.unparse(b) for b in n.bases}
+        decorated = any(
             "dataclass" in ast.unparse(d) and "frozen=True" in ast.unparse(d)
             for d in n.decorator_list
         )
-    }
+        if decorated or bases & frozen:
+            frozen.add(n.name)
+    return {name for name in frozen if name.endswith("Paths")}
 
 
 def _untyped_runs(trees: dict[str, ast.Module], paths_classes: set[str]) -> list[str]:

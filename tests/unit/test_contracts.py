@@ -209,10 +209,11 @@ def test_each_stage_command_takes_its_paths_from_the_layout_back(name):
     stage = importlib.import_module(f"rewardprof.stages.{name}")
     paths_class = paths_class_of(stage.run)
     layout = RunLayout("results/r", 2)
-    wants = inspect.signature(paths_class.from_layout).parameters
-    extra = {"shard": ShardPosition(1, 2)} if "shard" in wants else {}
-    extra |= {k: True for k in ("bayes", "adaptive") if k in wants}
-    paths = paths_class.from_layout(layout, **extra)
+    sharded = any(
+        f.type in ("ShardPosition", ShardPosition) for f in dataclasses.fields(paths_class)
+    )
+    flags = {k: True for k in paths_class.layout_flags()}
+    paths = paths_class.from_layout(layout, ShardPosition(1, 2) if sharded else None, **flags)
     command = COMMAND_OF[name]
     config = [] if name in ("shard", "merge", "adaptive.savings", "report") else ["--config", "c"]
     args = cli.build_parser(command).parse_args([command, *config, *_command_line(paths)])

@@ -3,12 +3,13 @@ file's two versions (store/priors.py) as the stages read them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from rewardprof.decisions.priors.posterior import MixturePrior
-from rewardprof.stages import FirstRoundPaths, ProfilePaths, RolloutPaths
+from rewardprof.stages import FirstRoundPaths, MergePaths, ProfilePaths, RolloutPaths
 from rewardprof.stages.adaptive_settings import load_priors
 from rewardprof.store.layout import RunLayout
 from rewardprof.store.priors import read_prior_file
@@ -37,6 +38,13 @@ def test_paths_from_the_layout_are_the_rules_files():
     assert profile.savings == layout.adaptive_savings
     with pytest.raises(TypeError):  # every required field is required
         RolloutPaths(tasks=rollout.tasks, journal=rollout.journal, out=rollout.out)
+    with pytest.raises(TypeError, match=r"no flag \['adaptive'\]"):  # a flag no field reads
+        RolloutPaths.from_layout(layout, shard, adaptive=True)
+    assert RolloutPaths.layout_flags() == ["bayes"] and FirstRoundPaths.layout_flags() == []
+    with pytest.raises(ValueError, match="the shard count is not known"):
+        MergePaths.from_layout(RunLayout("results/r"))
+    with pytest.raises(dataclasses.FrozenInstanceError):  # every paths class is frozen
+        rollout.out = layout.tasks  # type: ignore[misc]
 
 
 def test_the_prior_file_reads(tmp_path):

@@ -5,11 +5,11 @@
 materialize -> shard -> rollout -> merge -> profile -> export -> report, and adaptive sampling's
 first round, prior, audit and savings. `cfg` is the validated config (None for the stages that
 need none: shard, merge, report); `paths` is the stage's own frozen dataclass below, every file
-it reads and writes, typed, each field's help in its metadata; the returned report is a
-TypedDict of the stage's module (JSON-able: the CLI logs it, most stages also write it). The
-`rewardprof <stage>` command's arguments are generated from the paths class's fields (cli.py);
-`from_layout` builds one from `store.layout.RunLayout`, the one place that names the files of a
-run directory. No stage imports Snakemake.
+it reads and writes, typed, each field's help and its place in a run directory in its metadata;
+the returned report is a TypedDict of the stage's module (JSON-able: the CLI logs it, most
+stages also write it). The `rewardprof <stage>` command's arguments are generated from the paths
+class's fields (cli.py); `from_layout` builds one from `store.layout.RunLayout`, the one place
+that names the files of a run directory. No stage imports Snakemake.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rewardprof.store.layout import ExportFiles, ProfileFiles, RunLayout
 from rewardprof.store.shards import ShardPosition
@@ -31,199 +32,184 @@ def arg(text: str, *, positional: bool = False, cli: bool = True) -> dict[str, A
     return {"help": text, "positional": positional, "cli": cli}
 
 
-def _positional_paths(text: str) -> Any:
-    """A field of several paths the command takes as words (none by default)."""
-    return field(default=(), metadata=arg(text, positional=True))
+REQUIRED: Any = dataclasses.MISSING
+
+# Where a field's value is in a run directory: a RunLayout attribute's name, or a function of
+# the layout and the shard (None for a stage that runs on the whole run)
+Source = str | Callable[[RunLayout, Any], Any]
 
 
-def _optional_path(text: str) -> Any:
-    """A field the stage runs without (None: not given)."""
-    return field(default=None, metadata=arg(text))
+def in_run(
+    source: Source, text: str, *, when: str = "", positional: bool = False, default: Any = REQUIRED
+) -> Any:
+    """A field and where `from_layout` finds it; `when`: only in a run with that flag (a
+    `from_layout` keyword, e.g. bayes), None otherwise; `default`: the value a library caller
+    or the command may leave out (a field with `when` defaults to None)."""
+    meta = arg(text, positional=positional) | {"source": source, "when": when}
+    default = None if when else default
+    return field(metadata=meta) if default is REQUIRED else field(default=default, metadata=meta)
 
 
-@dataclass(frozen=True, kw_only=True)
-class MaterializePaths:
-    tasks: Path = field(metadata=arg("the tasks table to write (Parquet)"))
-    report: Path = field(metadata=arg("the materialize report to write (JSON)"))
+@typing.dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+class FromLayout:
+    """A stage's paths class: a frozen dataclass of keyword fields (made so when it is
+    defined), and `from_layout`, the paths of the stage's job in a run directory, each field
+    from the source it declares (`in_run`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=True, kw_only=True)(cls)
+
+    @classmethod
+    def from_layout(
+        cls, layout: RunLayout, shard: ShardPosition | None = None, **flags: bool
+    ) -> Self:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        known = {f.metadata.get("when") for f in fields} - {"", None}
+        if unknown := set(flags) - known:
+            raise TypeError(f"{cls.__name__}.from_layout: no flag {sorted(unknown)}")
+        values: dict[str, Any] = {}
+        for f in fields:
+            source, when = f.metadata.get("source"), f.metadata.get("when")
+            if source is None or (when and not flags.get(when)):
+                continue
+            value = getattr(layout, source) if isinstance(source, str) else source(layout, shard)
+            values[f.name] = tuple(value) if f.metadata["positional"] else value
+        return cls(**values)
+
+    @classmethod
+    def layout_flags(cls) -> list[str]:
+        """The flags `from_layout` takes (the run's modes some fields depend on)."""
+        whens = (f.metadata.get("when") for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return sorted({w for w in whens if w})
+
+
+def _this_shard(method: str, *args: str) -> Source:
+    """A per-shard file: RunLayout's `method` called with `args` and the shard's (i, n)."""
+    return lambda layout, shard: getattr(layout, method)(*args, *shard)
+
+
+def _every_shard(method: str) -> Source:
+    """Every shard's file, shard 0 first: RunLayout's `method` called with each (i, n)."""
+
+    def every(layout: RunLayout, _shard: Any) -> list[Path]:
+        if layout.num_shards is None:
+            raise ValueError(f"{layout!r}: the shard count is not known")
+        return [getattr(layout, method)(i) for i in range(layout.num_shards)]
+
+    return every
+
+
+THE_RUN: Source = lambda layout, _shard: layout  # noqa: E731  (the run directory itself)
+SHARD: Source = lambda _layout, shard: shard  # noqa: E731
+SHARD_HELP = "this shard: --shard i --num-shards N"
+ENGINE_LOG_HELP = "where serve mode writes the server log"
+RUN_DIR_HELP = (
+    "the run directory: this job's heartbeat and the run's progress line (none: no heartbeat)"
+)
+
+
+class MaterializePaths(FromLayout):
+    tasks: Path = in_run("tasks", "the tasks table to write (Parquet)")
+    report: Path = in_run("materialize_report", "the materialize report to write (JSON)")
     base_dir: Path | None = field(
         default=None, metadata=arg("relative sources resolve here (default: cwd)", cli=False)
     )
 
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> MaterializePaths:
-        return cls(tasks=layout.tasks, report=layout.materialize_report)
+
+class ShardPaths(FromLayout):
+    tasks: Path = in_run("tasks", "the tasks table (RunLayout.tasks)")
+    out: Path = in_run(_this_shard("shard_tasks"), "the shard's tasks to write (Parquet)")
+    shard: ShardPosition = in_run(SHARD, SHARD_HELP)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ShardPaths:
-    tasks: Path = field(metadata=arg("the tasks table (RunLayout.tasks)"))
-    out: Path = field(metadata=arg("the shard's tasks to write (Parquet)"))
-    shard: ShardPosition = field(metadata=arg("this shard: --shard i --num-shards N"))
+class _ShardJobPaths(FromLayout):
+    """What a rollout job reads, the first round's or the rounds': its shard's tasks, the
+    journal; its run directory for the heartbeat."""
 
-    @classmethod
-    def from_layout(cls, layout: RunLayout, shard: ShardPosition) -> ShardPaths:
-        return cls(tasks=layout.tasks, out=layout.shard_tasks(*shard), shard=shard)
+    tasks: Path = in_run(_this_shard("shard_tasks"), "the shard's tasks table")
+    journal: Path = in_run("journal", "journal directory (shared by all shards)")
+    shard: ShardPosition = in_run(SHARD, SHARD_HELP)
+    run_dir: RunLayout | None = in_run(THE_RUN, RUN_DIR_HELP, default=None)
 
 
-@dataclass(frozen=True, kw_only=True)
-class FirstRoundPaths:
+class FirstRoundPaths(_ShardJobPaths):
     """bayes' first round of one shard (the rollout job's inputs, its summary as output)."""
 
-    tasks: Path = field(metadata=arg("the shard's tasks table"))
-    journal: Path = field(metadata=arg("journal directory (shared by all shards)"))
-    out: Path = field(metadata=arg("the shard's first-round summary to write (JSON)"))
-    shard: ShardPosition = field(metadata=arg("this shard: --shard i --num-shards N"))
-    engine_log: Path | None = _optional_path("where serve mode writes the server log")
-    run_dir: RunLayout | None = _optional_path(
-        "the run directory: this job's heartbeat and the run's progress line (none: no heartbeat)"
+    out: Path = in_run(_this_shard("first_round"), "the shard's first-round summary (JSON)")
+    engine_log: Path | None = in_run(
+        _this_shard("shard_log", "first_round_engine"), ENGINE_LOG_HELP, default=None
     )
 
-    @classmethod
-    def from_layout(cls, layout: RunLayout, shard: ShardPosition) -> FirstRoundPaths:
-        return cls(
-            tasks=layout.shard_tasks(*shard),
-            journal=layout.journal,
-            out=layout.first_round(*shard),
-            shard=shard,
-            engine_log=layout.shard_log("first_round_engine", *shard),
-            run_dir=layout,
-        )
+
+class RolloutPaths(_ShardJobPaths):
+    out: Path = in_run(_this_shard("shard_rollouts"), "the shard's rollouts to write (Parquet)")
+    engine_log: Path | None = in_run(
+        _this_shard("shard_log", "engine"), ENGINE_LOG_HELP, default=None
+    )
+    prior: Path | None = in_run("adaptive_prior", "bayes: the labels' priors", when="bayes")
 
 
-@dataclass(frozen=True, kw_only=True)
-class RolloutPaths:
-    tasks: Path = field(metadata=arg("the shard's tasks table"))
-    journal: Path = field(metadata=arg("journal directory (shared by all shards)"))
-    out: Path = field(metadata=arg("the shard's rollouts to write (Parquet)"))
-    shard: ShardPosition = field(metadata=arg("this shard: --shard i --num-shards N"))
-    engine_log: Path | None = _optional_path("where serve mode writes the server log")
-    prior: Path | None = _optional_path("adaptive bayes: the labels' fitted priors")
-    run_dir: RunLayout | None = _optional_path(
-        "the run directory: this job's heartbeat and the run's progress line (none: no heartbeat)"
+class _JournalPaths(FromLayout):
+    """What a stage over every shard's rollouts reads: every task, the journal."""
+
+    tasks: Path = in_run("tasks", "the tasks table (all tasks)")
+    journal: Path = in_run("journal", "journal directory (every shard's rollouts)")
+
+
+class PriorPaths(_JournalPaths):
+    out: Path = in_run("adaptive_prior", "the labels' priors to write")
+    first_rounds: tuple[Path, ...] = in_run(
+        _every_shard("first_round"),
+        "the shards' first-round summaries",
+        positional=True,
+        default=(),
     )
 
-    @classmethod
-    def from_layout(
-        cls, layout: RunLayout, shard: ShardPosition, bayes: bool = False
-    ) -> RolloutPaths:
-        return cls(
-            tasks=layout.shard_tasks(*shard),
-            journal=layout.journal,
-            out=layout.shard_rollouts(*shard),
-            shard=shard,
-            engine_log=layout.shard_log("engine", *shard),
-            prior=layout.adaptive_prior if bayes else None,
-            run_dir=layout,
-        )
 
-
-@dataclass(frozen=True, kw_only=True)
-class PriorPaths:
-    tasks: Path = field(metadata=arg("the tasks table (all tasks)"))
-    journal: Path = field(metadata=arg("journal directory (every shard's first round)"))
-    out: Path = field(metadata=arg("the labels' priors to write (RunLayout.adaptive_prior)"))
-    first_rounds: tuple[Path, ...] = _positional_paths("the shards' first-round summaries")
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> PriorPaths:
-        rounds = tuple(layout.first_round(i) for i in range(int(layout.num_shards or 0)))
-        return cls(
-            tasks=layout.tasks, journal=layout.journal, out=layout.adaptive_prior,
-            first_rounds=rounds,
-        )  # fmt: skip
-
-
-@dataclass(frozen=True, kw_only=True)
-class MergePaths:
-    tasks: Path = field(metadata=arg("the tasks table (RunLayout.tasks)"))
-    journal: Path = field(metadata=arg("journal directory (for its notes)"))
-    out: Path = field(metadata=arg("the merged dataset to write (a directory)"))
-    report: Path = field(metadata=arg("the merge report to write (JSON)"))
-    shards: tuple[Path, ...] = field(
-        metadata=arg("the shard outputs, shard 0 first", positional=True)
+class MergePaths(_JournalPaths):
+    out: Path = in_run("rollouts", "the merged dataset to write (a directory)")
+    report: Path = in_run("merge_report", "the merge report to write (JSON)")
+    shards: tuple[Path, ...] = in_run(
+        _every_shard("shard_rollouts"), "the shard outputs, shard 0 first", positional=True
     )
 
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> MergePaths:
-        return cls(
-            tasks=layout.tasks, journal=layout.journal, out=layout.rollouts,
-            report=layout.merge_report, shards=tuple(layout.all_shard_rollouts()),
-        )  # fmt: skip
+
+class _MergedRunPaths(FromLayout):
+    """What a stage after merge reads: every task, every rollout."""
+
+    tasks: Path = in_run("tasks", "the tasks table (all tasks)")
+    rollouts: Path = in_run("rollouts", "the merged rollouts (RunLayout.rollouts)")
 
 
-@dataclass(frozen=True, kw_only=True)
-class AuditPaths:
-    tasks: Path = field(metadata=arg("the tasks table (all tasks)"))
-    rollouts: Path = field(metadata=arg("the merged rollouts (RunLayout.rollouts)"))
-    prior: Path = field(metadata=arg("the labels' priors (RunLayout.adaptive_prior)"))
-    out: Path = field(metadata=arg("the audit report to write (RunLayout.adaptive_audit)"))
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> AuditPaths:
-        return cls(
-            tasks=layout.tasks, rollouts=layout.rollouts, prior=layout.adaptive_prior,
-            out=layout.adaptive_audit,
-        )  # fmt: skip
+class AuditPaths(_MergedRunPaths):
+    prior: Path = in_run("adaptive_prior", "the labels' priors (RunLayout.adaptive_prior)")
+    out: Path = in_run("adaptive_audit", "the audit report to write")
 
 
-@dataclass(frozen=True, kw_only=True)
-class SavingsPaths:
-    tasks: Path = field(metadata=arg("the tasks table (all tasks)"))
-    rollouts: Path = field(metadata=arg("the merged rollouts (their plans)"))
-    out: Path = field(metadata=arg("what adaptive sampling saved, to write (JSON)"))
-    audit: Path | None = _optional_path("bayes: the audit report (RunLayout.adaptive_audit)")
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout, bayes: bool = False) -> SavingsPaths:
-        return cls(
-            tasks=layout.tasks, rollouts=layout.rollouts, out=layout.adaptive_savings,
-            audit=layout.adaptive_audit if bayes else None,
-        )  # fmt: skip
+class SavingsPaths(_MergedRunPaths):
+    out: Path = in_run("adaptive_savings", "what adaptive sampling saved, to write (JSON)")
+    audit: Path | None = in_run("adaptive_audit", "bayes: the audit report", when="bayes")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfilePaths:
-    tasks: Path = field(metadata=arg("the tasks table (RunLayout.tasks)"))
-    rollouts: Path = field(metadata=arg("the merged rollouts (RunLayout.rollouts)"))
-    report: Path = field(metadata=arg("the materialize report (index ranges)"))
-    out: ProfileFiles = field(metadata=arg("profile output directory"))
-    savings: Path | None = _optional_path("adaptive: what it saved (RunLayout.adaptive_savings)")
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout, adaptive: bool = False) -> ProfilePaths:
-        return cls(
-            tasks=layout.tasks, rollouts=layout.rollouts, report=layout.materialize_report,
-            out=layout.profile, savings=layout.adaptive_savings if adaptive else None,
-        )  # fmt: skip
+class ProfilePaths(_MergedRunPaths):
+    report: Path = in_run("materialize_report", "the materialize report (index ranges)")
+    out: ProfileFiles = in_run("profile", "profile output directory")
+    savings: Path | None = in_run("adaptive_savings", "adaptive: what it saved", when="adaptive")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ExportPaths:
-    profile: Path = field(metadata=arg("the profile's tasks table (RunLayout.profile_tasks)"))
-    report: Path = field(metadata=arg("the materialize report (index ranges)"))
-    out: ExportFiles = field(metadata=arg("export directory"))
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> ExportPaths:
-        return cls(
-            profile=layout.profile_tasks, report=layout.materialize_report, out=layout.export
-        )
+class ExportPaths(FromLayout):
+    profile: Path = in_run("profile_tasks", "the profile's tasks table")
+    report: Path = in_run("materialize_report", "the materialize report (index ranges)")
+    out: ExportFiles = in_run("export", "export directory")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReportPaths:
-    profile: Path = field(metadata=arg("the profile's tasks table (RunLayout.profile_tasks)"))
-    summary: Path = field(metadata=arg("the profile's summary (RunLayout.profile_summary)"))
-    out: Path = field(metadata=arg("output directory"))
-    run_dir: RunLayout = field(metadata=arg("the run directory (the front page's summary)"))
-    export_report: Path | None = _optional_path("the export's report (optional)")
-
-    @classmethod
-    def from_layout(cls, layout: RunLayout) -> ReportPaths:
-        return cls(
-            profile=layout.profile_tasks, summary=layout.profile_summary,
-            out=layout.report_dir, run_dir=layout, export_report=layout.export_report,
-        )  # fmt: skip
+class ReportPaths(FromLayout):
+    profile: Path = in_run("profile_tasks", "the profile's tasks table")
+    summary: Path = in_run("profile_summary", "the profile's summary")
+    out: Path = in_run("report_dir", "output directory")
+    run_dir: RunLayout = in_run(THE_RUN, "the run directory (the front page's summary)")
+    export_report: Path | None = in_run("export_report", "the export's report", default=None)
 
 
 # ---- a stage command's arguments, from its paths class (cli.py) ----------------------------
