@@ -69,12 +69,21 @@ WITHOUT_REPORT = ("--omit-from", "report")
 WITHOUT_EXPORT = ("--omit-from", "export")  # the report reads the export: neither runs
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None = None):
+def snakemake(
+    workdir: Path,
+    *args: str,
+    timeout: float = 600,
+    env: dict | None = None,
+    stage_server: bool = True,
+):
     """Run the real Snakefile in `workdir` (its CLI, like a user); returns CompletedProcess. The
-    process is forked from a server that imported Snakemake once (harness/preloaded.py), unless
-    `env` sets a PYTHON* variable: read when an interpreter starts, it needs a new one."""
+    process is forked from a server that imported Snakemake once (harness/preloaded.py), and so
+    are its jobs' `rewardprof` commands (harness/stage_server.py; `stage_server` False: each a
+    new interpreter), unless `env` sets a PYTHON* variable: read when an interpreter starts, it
+    needs new ones."""
     import subprocess
 
+    from harness import stage_server as server
     from harness.preloaded import run_snakemake
 
     cmd, full_env = _snakemake_call(workdir, args, env)
@@ -82,6 +91,8 @@ def snakemake(workdir: Path, *args: str, timeout: float = 600, env: dict | None 
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir
         )
+    if stage_server:
+        full_env.update(server.job_env(full_env["PATH"]))
     return run_snakemake(cmd, workdir, full_env, timeout)
 
 

@@ -43,6 +43,7 @@ def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> 
         ("bench_adaptive.py", "adaptive: 2000 tasks x K=16: exact"),
         ("bench_balancer.py", "balancer: client "),
         ("bench_verify_stall.py", "verify-stall: worst "),
+        ("bench_first_round_order.py", "first round: 64 tasks, 16 slots: first come "),
         ("bench_episodes.py", "tool latency    1 s: 64 episodes (64 ok), 256 turns, 192 calls"),
     ],
 )

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from harness import preloaded
+from harness import preloaded, stage_server
 
 SHOWN = 25
 KEY = "cpu_s"
@@ -26,6 +26,7 @@ def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     forked = preloaded.forked_cpu_s  # the Snakemake runs the forkserver reaped
+    forked += stage_server.cpu_s()  # the stage commands the stage server ran
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked
 
 

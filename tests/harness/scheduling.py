@@ -7,7 +7,12 @@ as in a serial run; a few units span files because the tests share one piece of 
   each other's);
 - `vllm`: the real engine (~4 GB and both cores per server, and the converted model in
   resources/models that the first of them makes).
-The units are handed out longest first (the real engine's ~10 minutes, then Slurm's, then the
+The real engine's documented commands (`engine/test_real_doc_commands.py`) are a unit of their
+own, `vllm-docs`: they convert the model into their own copy of the checkout and start their
+servers on the docs' ports, so they share nothing with `vllm`; inside it they made the suite's
+longest unit, which set the suite's time once the Snakemake runs' jobs were forked
+(harness/stage_server.py).
+The units are handed out longest first (the real engine's two, then Slurm's, then the
 Snakemake runs, the fault tests, and last the many short in-process ones), so that no long unit
 starts when the others are done. The ranks are orders of magnitude, not measurements to keep up
 to date: they only order the units.
@@ -23,12 +28,14 @@ import pytest
 
 # tests sharing one piece: (path prefix under tests/, unit)
 SHARED = (
+    ("engine/test_real_doc_commands.py", "vllm-docs"),
     ("engine/test_real_", "vllm"),
     ("slurm/", "slurm"),
 )
 # the rank of a unit in the queue, by its name or its tier's folder (lower starts first)
 RANK = {
     "vllm": 0,
+    "vllm-docs": 0,
     "engine/test_model_convert_kill.py": 0,
     "slurm": 1,
     "workflow": 2,

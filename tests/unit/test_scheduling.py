@@ -15,11 +15,14 @@ def test_tests_of_one_piece_share_a_unit_and_others_are_their_file():
     assert unit_of("tests/engine/test_real_engine.py::test_x") == "vllm"
     assert unit_of("tests/engine/test_real_lifecycle.py::test_y[a-b]") == "vllm"
     assert unit_of("tests/slurm/test_slurm_run.py::test_z") == "slurm"
+    # the documented engine commands use their own checkout's model and the docs' ports
+    assert unit_of("tests/engine/test_real_doc_commands.py::test_x") == "vllm-docs"
     assert unit_of("tests/engine/test_fleet_fake.py::test_x") == "engine/test_fleet_fake.py"
     assert unit_of("tests/workflow/test_export.py::test_x[p::q]") == "workflow/test_export.py"
 
 
 def test_long_units_are_handed_out_first():
+    assert rank_of("vllm-docs") == rank_of("vllm")  # the two engine units start together
     order = ["vllm", "slurm", "workflow/test_export.py", "faults/test_kill.py", "unit/test_x.py"]
     assert sorted(reversed(order), key=rank_of) == order
     assert rank_of("functional/environments/test_code_sandbox.py") < rank_of("unit/test_x.py")

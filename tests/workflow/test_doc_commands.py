@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from harness import stage_server
 from harness.doc_commands import (
     MATH_ROWS,
     REPO,
@@ -127,6 +128,9 @@ def test_documented_commands_run_verbatim(doc, tmp_path):
         scenario = Scenario(server, work)
         server.fault_fn = scenario.fault
         env = doc_env(tmp_path)
+        # the commands run as written; the `rewardprof` their jobs (and they) start is forked
+        # from the stage server (harness/stage_server.py), as in helpers.snakemake's runs
+        env |= stage_server.job_env(env["PATH"])
         ran = []
         for block in blocks(doc):
             if not block.is_shell or block.mark is not None:
