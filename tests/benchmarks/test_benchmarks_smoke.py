@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import stage_server
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> str:
     env = dict(os.environ, REWARDPROF_BENCH_DIR=str(tmp_path))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    # the benchmark's workflow runs find `rewardprof` on PATH: forked from the stage server
+    # (harness/stage_server.py), as helpers.snakemake's runs
+    env |= stage_server.job_env(f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / script), "--small", *args],
         capture_output=True,
