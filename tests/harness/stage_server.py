@@ -18,8 +18,9 @@ What differs from a new interpreter, and why it does not matter to the runs that
 command's parent is the handler, not the job's shell (no rewardprof code reads its parent); its
 modules were imported before its environment was set (rewardprof reads the environment when
 it runs, not at import); every command of one pytest worker shares the server's hash seed (the
-reproducibility tests run with fresh interpreters, `snakemake(..., stage_server=False)`, as
-does a run whose environment sets a PYTHON* variable)."""
+reproducibility test's first run has new interpreters, `snakemake(..., stage_server=False)`, and
+the others must give its outputs; a run whose environment sets a PYTHON* variable has them
+too)."""
 
 from __future__ import annotations
 
