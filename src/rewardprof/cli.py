@@ -380,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         # one line naming the file/key and what to do; no traceback for bad input
         print(f"rewardprof {args.command}: error: {redaction.redact(str(exc))}", file=sys.stderr)
         return exc.exit_code if isinstance(exc, RewardprofError) else 2
+    except BrokenPipeError:  # its reader went away (`rewardprof status --watch | head`): quietly,
+        # stdout then /dev/null, so that the interpreter's last flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command that SIGPIPE ended
     except Exception:  # a bug: its traceback, without the secrets it may quote (a URL, a reply)
         print(redaction.redact(traceback.format_exc()), file=sys.stderr, end="")
         return 1
