@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import heapq
 
-from rewardprof.testing.sim_batching import LengthModel
+from bench_fleet import LONG  # the prompts the simulated engine answers 3x longer
 
-LONG = "Show every step."
+from rewardprof.testing.sim_batching import LengthModel
 
 
 def lengths(tasks: int, draw: int, max_tokens: int) -> dict[tuple[int, int], int]:

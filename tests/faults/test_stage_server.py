@@ -41,19 +41,14 @@ def _working_in(directory: Path) -> list[int]:
     ids=["ok", "bad-input", "usage"],
 )
 def test_a_command_ends_with_the_real_ones_output_and_exit_code(args, tmp_path):
-    before = len(_cpu_lines())
-    shim = subprocess.run(["rewardprof", *args], env=_env(), cwd=tmp_path, capture_output=True)
+    env = _env()  # the server started
+    before = stage_server.commands_run()
+    shim = subprocess.run(["rewardprof", *args], env=env, cwd=tmp_path, capture_output=True)
     real = subprocess.run([REAL, *args], cwd=tmp_path, capture_output=True)
     assert (shim.returncode, shim.stdout, shim.stderr) == (
         real.returncode, real.stdout, real.stderr
     )  # fmt: skip
-    assert len(_cpu_lines()) == before + 1  # the server ran it, and counted its CPU
-
-
-def _cpu_lines() -> list[str]:
-    """What the server counted, a line per command it ran (it starts on the first call)."""
-    cpu = Path(stage_server.job_env("")[stage_server.SOCKET_ENV]).parent / "cpu"
-    return cpu.read_text().split() if cpu.exists() else []
+    assert stage_server.commands_run() == before + 1  # the server ran it, and counted its CPU
 
 
 def _watching(tmp_path: Path) -> subprocess.Popen:

@@ -61,8 +61,17 @@ def job_env(path: str) -> dict[str, str]:
 
 def cpu_s() -> float:
     """CPU seconds of the commands this process's server ran so far."""
+    return sum(float(x) for x in _counted())
+
+
+def commands_run() -> int:
+    """How many commands this process's server ran so far (a CPU line each)."""
+    return len(_counted())
+
+
+def _counted() -> list[str]:
     cpu = _started.get("dir", Path("/nonexistent")) / "cpu"
-    return sum(float(x) for x in cpu.read_text().split()) if cpu.exists() else 0.0
+    return cpu.read_text().split() if cpu.exists() else []
 
 
 def _start() -> Path:

@@ -64,12 +64,10 @@ class FromLayout:
     def from_layout(
         cls, layout: RunLayout, shard: ShardPosition | None = None, **flags: bool
     ) -> Self:
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-        known = {f.metadata.get("when") for f in fields} - {"", None}
-        if unknown := set(flags) - known:
+        if unknown := set(flags) - set(cls.layout_flags()):
             raise TypeError(f"{cls.__name__}.from_layout: no flag {sorted(unknown)}")
         values: dict[str, Any] = {}
-        for f in fields:
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             source, when = f.metadata.get("source"), f.metadata.get("when")
             if source is None or (when and not flags.get(when)):
                 continue
@@ -90,14 +88,8 @@ def _this_shard(method: str, *args: str) -> Source:
 
 
 def _every_shard(method: str) -> Source:
-    """Every shard's file, shard 0 first: RunLayout's `method` called with each (i, n)."""
-
-    def every(layout: RunLayout, _shard: Any) -> list[Path]:
-        if layout.num_shards is None:
-            raise ValueError(f"{layout!r}: the shard count is not known")
-        return [getattr(layout, method)(i) for i in range(layout.num_shards)]
-
-    return every
+    """Every shard's file, shard 0 first (RunLayout.every_shard)."""
+    return lambda layout, _shard: layout.every_shard(method)
 
 
 THE_RUN: Source = lambda layout, _shard: layout  # noqa: E731  (the run directory itself)

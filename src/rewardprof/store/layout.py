@@ -127,8 +127,13 @@ class RunLayout:
         return self.rollouts_dir / "status" / shard_name(i, self._n(n), "json")
 
     def all_shard_rollouts(self, n: int | None = None) -> list[Path]:
+        return self.every_shard("shard_rollouts", n)
+
+    def every_shard(self, method: str, n: int | None = None) -> list[Path]:
+        """Every shard's file, shard 0 first: the per-shard `method` (shard_rollouts,
+        first_round, ...) called with each (i, n)."""
         n = int(self._n(n))
-        return [self.shard_rollouts(i, n) for i in range(n)]
+        return [getattr(self, method)(i, n) for i in range(n)]
 
     def profile_by_label(self, label: str) -> Path:
         return self.profile.by_label(label)
