@@ -17,8 +17,10 @@ import time
 import pytest
 
 from harness import preloaded, stage_server
+from harness.scheduling import unit_of
 
 SHOWN = 25
+UNITS_SHOWN = 12
 KEY = "cpu_s"
 
 
@@ -33,6 +35,7 @@ def _cpu_seconds() -> float:
 class CpuReport:
     def __init__(self) -> None:
         self.per_test: dict[str, float] = {}
+        self.wall: dict[str, float] = {}  # each test's setup, call and teardown, in seconds
         self.started_at = time.monotonic()
         self._before: dict[str, float] = {}
 
@@ -50,6 +53,7 @@ class CpuReport:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.wall[report.nodeid] = self.wall.get(report.nodeid, 0.0) + report.duration
         for key, value in report.user_properties:
             if key == KEY:
                 self.per_test[report.nodeid] = value
@@ -69,3 +73,16 @@ class CpuReport:
             f"tests: {cpu:.0f} s cpu over {wall:.0f} s wall ({busy:.2f} cores busy on average);"
             f" the top {len(top)}: {sum(s for _, s in top):.0f} s cpu"
         )
+        self._units(tr)
+
+    def _units(self, tr) -> None:
+        """The same by scheduling unit (harness/scheduling.py): what one worker runs in a row."""
+        cpu: dict[str, float] = {}
+        wall: dict[str, float] = {}
+        for nodeid, seconds in self.per_test.items():
+            unit = unit_of(nodeid)
+            cpu[unit] = cpu.get(unit, 0.0) + seconds
+            wall[unit] = wall.get(unit, 0.0) + self.wall.get(nodeid, 0.0)
+        tr.write_sep("=", f"most CPU: {UNITS_SHOWN} units (cpu s, wall s)")
+        for unit in sorted(cpu, key=cpu.__getitem__, reverse=True)[:UNITS_SHOWN]:
+            tr.write_line(f"{cpu[unit]:8.1f} s cpu {wall[unit]:8.1f} s wall  {unit}")

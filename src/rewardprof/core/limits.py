@@ -10,7 +10,11 @@ it answers in at most `max_values` steps whatever it is given.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
+
+from rewardprof.core.errors import RewardprofError
 
 MAX_ROW_BYTES = 64 << 20  # one JSONL line; longer is a broken file, not a task
 MAX_ROW_DEPTH = 64  # nesting of objects and lists in one row
@@ -23,6 +27,34 @@ MAX_CONFIG_VALUES = 500_000
 MAX_CONFIG_DEPTH = 40
 MAX_CONFIG_TEXT = 1 << 20  # characters of one string (a judge's prompt template fits)
 MAX_NAME_LENGTH = 64  # a label or run name: it names files and directories
+# Nesting of any JSON text read (a reply, a row, a journal line, a sandbox message) before it is
+# parsed: far under the interpreter's recursion limit, far over what any of them holds.
+MAX_JSON_DEPTH = 256
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+class TooDeep(RewardprofError, ValueError):
+    """A JSON text nested deeper than MAX_JSON_DEPTH: refused before the parser recurses."""
+
+
+def loads_bounded(text: str | bytes, **kwargs: Any) -> Any:
+    """json.loads(text, **kwargs), refusing (TooDeep) a text nested deeper than MAX_JSON_DEPTH
+    before it is parsed. Not the parser's RecursionError, caught: at the recursion limit a
+    finalizer the garbage collector runs meanwhile (a socket's, a coroutine's) fails too, and
+    an interpreter that reports those (pytest does) fails on them."""
+    # latin-1 maps bytes to characters one to one: the ASCII brackets, quotes and backslashes
+    # of UTF-8 stay where they are (no byte of a multi-byte UTF-8 character is ASCII)
+    chars = text.decode("latin-1") if isinstance(text, bytes) else text
+    if chars.count("[") + chars.count("{") > MAX_JSON_DEPTH:  # else it cannot be that deep
+        depth = 0
+        # strings out first: a bracket inside one is not nesting (valid JSON pairs its quotes
+        # as this pattern does, and the parser stops at the first place that does not)
+        for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", chars)):
+            depth += 1 if bracket in "[{" else -1
+            if depth > MAX_JSON_DEPTH:
+                raise TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(text, **kwargs)
 
 
 def small_structure(value: Any) -> Any:

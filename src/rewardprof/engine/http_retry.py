@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import random
 import re
 import time
@@ -37,6 +36,7 @@ import aiohttp
 from rewardprof.core import redaction
 from rewardprof.core.errors import RewardprofError
 from rewardprof.core.kinds import FailureKind
+from rewardprof.core.limits import TooDeep, loads_bounded
 
 T = TypeVar("T")
 
@@ -187,7 +187,7 @@ async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[by
 
 def parse_json_body(raw: bytes) -> Any:
     """The JSON value of a 200 answer's body (RFC 8259: UTF-8). Not UTF-8, not JSON, or nested
-    too deep for the parser (RecursionError): `invalid_reply`."""
+    nested too deep (core/limits.py): `invalid_reply`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -195,8 +195,8 @@ def parse_json_body(raw: bytes) -> Any:
             f"body is not UTF-8 (byte 0x{raw[exc.start]:02x} at {exc.start})"
         ) from None
     try:
-        return json.loads(text)
-    except RecursionError:
+        return loads_bounded(text)
+    except TooDeep:
         raise invalid_reply("body JSON is nested too deep") from None
     except ValueError as exc:  # JSONDecodeError, and an integer of more than 4300 digits
         raise invalid_reply(f"malformed JSON in body ({str(exc).splitlines()[0][:80]})") from None

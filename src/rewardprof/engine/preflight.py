@@ -13,13 +13,13 @@ what rewardprof.engine.session puts into an Endpoint.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from rewardprof.core.config import Config, ConfigError
+from rewardprof.core.limits import loads_bounded
 from rewardprof.core.redaction import public_url
 
 _MODELS_MAX_BYTES = 8 << 20  # a /v1/models answer; a longer one is not a model list
@@ -79,7 +79,7 @@ def check_replica(cfg: Config, base_url: str, timeout_s: float = 10.0) -> None:
             raw = resp.read(_MODELS_MAX_BYTES + 1)
             if len(raw) > _MODELS_MAX_BYTES:
                 raise ValueError("over the bound")
-            payload = json.loads(raw.decode("utf-8", "replace"))
+            payload = loads_bounded(raw.decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             source = (
@@ -100,7 +100,7 @@ def check_replica(cfg: Config, base_url: str, timeout_s: float = 10.0) -> None:
             f"engine.base_url: {shown} is not reachable ({reason}); "
             f"start the server or fix engine.base_url"
         ) from None
-    except (ValueError, RecursionError):
+    except ValueError:  # TooDeep is one
         raise EndpointUnavailable(
             f"engine.base_url: {shown} did not answer JSON; is this an OpenAI-compatible /v1 URL?"
         ) from None

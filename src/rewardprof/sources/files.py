@@ -19,7 +19,13 @@ import pyarrow.parquet as pq
 
 from rewardprof.core.config import Entry, GeneratorSource
 from rewardprof.core.errors import RewardprofError
-from rewardprof.core.limits import MAX_ROW_BYTES, MAX_ROW_DEPTH, structure_problem
+from rewardprof.core.limits import (
+    MAX_ROW_BYTES,
+    MAX_ROW_DEPTH,
+    TooDeep,
+    loads_bounded,
+    structure_problem,
+)
 from rewardprof.sources.generators import generate_rows
 
 ERRORS_SHOWN = 10  # bad rows named per file; the rest are counted
@@ -114,15 +120,15 @@ def _iter_jsonl(path: Path, errors: RowErrors) -> Iterator[tuple[int, dict[str, 
                 errors.add(lineno, f"not valid UTF-8 ({exc.reason})")
                 continue
             try:
-                row = json.loads(text, parse_constant=_reject_constant)
+                row = loads_bounded(text, parse_constant=_reject_constant)
+            except TooDeep:
+                errors.add(lineno, f"row nested deeper than {MAX_ROW_DEPTH} levels")
+                continue
             except json.JSONDecodeError as exc:
                 errors.add(lineno, f"malformed JSON ({exc.msg})")
                 continue
             except ValueError as exc:  # NaN, Infinity: Python's extension, not JSON
                 errors.add(lineno, f"malformed JSON ({exc})")
-                continue
-            except RecursionError:
-                errors.add(lineno, f"row nested deeper than {MAX_ROW_DEPTH} levels")
                 continue
             if not isinstance(row, dict):
                 errors.add(lineno, f"expected a JSON object, got {type(row).__name__}")

@@ -42,6 +42,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from rewardprof.core.errors import RewardprofError
+from rewardprof.core.limits import loads_bounded
 from rewardprof.store.quarantine import (  # noqa: F401 (QUARANTINE: re-exported)
     QUARANTINE,
     quarantine_tail,
@@ -248,10 +249,10 @@ def _read_lines(lines: list[bytes]) -> tuple[pa.Table, int]:
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw)
+            rec = loads_bounded(raw)
             if not isinstance(rec, dict):
                 raise ValueError("not an object")
-        except (ValueError, RecursionError):
+        except ValueError:  # TooDeep is one
             torn += 1  # a torn last line after a kill is expected; anything else is counted
             continue
         problem = record_problem(rec)
