@@ -1,6 +1,6 @@
 """Where the suite's CPU goes: the processor seconds each test used, its own and those of the
 processes it started and waited for (Snakemake, rollout jobs, vLLM servers), printed after
-pytest's `--durations` table.
+pytest's `--durations` table, then summed by scheduling unit (harness/scheduling.py).
 
 On a 2-core machine the suite's time is set by CPU more than by waiting: the tests to make
 cheaper are the ones at the top of this table, not only the slowest by wall time. A server a
