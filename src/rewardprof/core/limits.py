@@ -27,8 +27,8 @@ MAX_CONFIG_VALUES = 500_000
 MAX_CONFIG_DEPTH = 40
 MAX_CONFIG_TEXT = 1 << 20  # characters of one string (a judge's prompt template fits)
 MAX_NAME_LENGTH = 64  # a label or run name: it names files and directories
-# Nesting of any JSON text read (a reply, a row, a journal line, a sandbox message) before it is
-# parsed: far under the interpreter's recursion limit, far over what any of them holds.
+# Nesting of a JSON text read from outside (a reply, a row, a journal line, a model list) before
+# it is parsed: far under the interpreter's recursion limit, far over what any of them holds.
 MAX_JSON_DEPTH = 256
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")

@@ -187,7 +187,7 @@ async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[by
 
 def parse_json_body(raw: bytes) -> Any:
     """The JSON value of a 200 answer's body (RFC 8259: UTF-8). Not UTF-8, not JSON, or nested
-    nested too deep (core/limits.py): `invalid_reply`."""
+    too deep (core/limits.py, loads_bounded): `invalid_reply`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
